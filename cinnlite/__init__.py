@@ -1,0 +1,19 @@
+"""cinnlite: a small tensor compiler for gather/scatter indexing operators.
+
+Build a graph with :class:`NetBuilder`, compile it with :func:`compile` for the CPU (LLVM) or
+CUDA, and run it on numpy arrays. See SEMANTICS.md for what each operator computes.
+"""
+from .compiler import compile
+from .dtypes import Bool, DType, Float, Int, UInt, as_dtype
+from .errors import (CinnliteError, CompileError, DTypeError, IndexOutOfRangeError, InputError,
+                     InputTypeError, TargetUnavailableError, ValidationError)
+from .frontend.netbuilder import NetBuilder
+from .ir.graph import Program, Tensor
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "NetBuilder", "compile", "Program", "Tensor", "DType", "Float", "Int", "UInt", "Bool", "as_dtype",
+    "CinnliteError", "ValidationError", "DTypeError", "IndexOutOfRangeError", "InputError",
+    "InputTypeError", "TargetUnavailableError", "CompileError", "__version__",
+]

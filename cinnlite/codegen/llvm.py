@@ -1,0 +1,258 @@
+"""LLVM IR renderer: a LoweredProgram becomes one llvmlite module.
+
+The module exports ``cinnlite_main(ptr bufs, ptr err) -> i32``: ``bufs`` is the table of buffer
+pointers in ``LoweredProgram.buffer_table()`` order, ``err`` two int64 slots that a failed
+``mode="raise"`` check fills with (check id, flat position) before main returns 1. Every kernel
+is also exported as ``<kernel symbol>(ptr bufs, ptr err) -> i32``.
+"""
+from __future__ import annotations
+
+import re
+
+from llvmlite import ir
+
+from ..dtypes import DType
+from ..ir.loopnest import (Binary, Buffer, Cast, Cmp, Const, For, If, Kernel, Load, LoweredProgram,
+                           Reduce, ReportIndexError, Select, Seq, Store, Var)
+
+I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
+PTR = ir.PointerType()
+_FLOATS = {16: ir.HalfType(), 32: ir.FloatType(), 64: ir.DoubleType()}
+_ICMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
+
+
+def value_type(dtype: DType):
+    """The LLVM type of a value of ``dtype`` in registers (bool is i1)."""
+    if dtype.is_bool:
+        return I1
+    if dtype.is_float:
+        return _FLOATS[dtype.bits]
+    return ir.IntType(dtype.bits)
+
+
+def memory_type(dtype: DType):
+    """The LLVM type of an element of ``dtype`` in memory (bool is one byte, like numpy)."""
+    return I8 if dtype.is_bool else value_type(dtype)
+
+
+def symbol(name: str) -> str:
+    return "k_" + re.sub(r"[^A-Za-z0-9_]", "_", name)
+
+
+class _KernelEmitter:
+    """Emits one kernel function. Loop variables live in allocas; mem2reg/SROA promote them."""
+
+    def __init__(self, module: ir.Module, kernel: Kernel, slots: dict, fn_name: str):
+        self.kernel = kernel
+        self.slots = slots
+        self.fn = ir.Function(module, ir.FunctionType(I32, [PTR, PTR]), fn_name)
+        self.fn.args[0].name, self.fn.args[1].name = "bufs", "err"
+        self.entry = self.fn.append_basic_block("entry")
+        self.b = ir.IRBuilder(self.entry)
+        self.vars: dict = {}
+        self.ptrs: dict = {}
+
+    # -- buffers -------------------------------------------------------------------------------
+
+    def base(self, buf: Buffer):
+        if buf.name not in self.ptrs:
+            with self.b.goto_block(self.entry):
+                self.b.position_at_start(self.entry)
+                slot = self.b.gep(self.fn.args[0], [ir.Constant(I64, self.slots[buf.name])], source_etype=PTR)
+                self.ptrs[buf.name] = self.b.load(slot, typ=PTR, name=f"{buf.name}_ptr".replace(".", "_"))
+        return self.ptrs[buf.name]
+
+    def address(self, buf: Buffer, indices):
+        offset = None
+        for idx, stride in zip(indices, buf.strides):
+            term = self.expr(idx)
+            if stride != 1:
+                term = self.b.mul(term, ir.Constant(I64, stride), flags=["nsw"])
+            offset = term if offset is None else self.b.add(offset, term, flags=["nsw"])
+        if offset is None:
+            offset = ir.Constant(I64, 0)
+        return self.b.gep(self.base(buf), [offset], inbounds=True, source_etype=memory_type(buf.dtype))
+
+    def load(self, buf, indices):
+        v = self.b.load(self.address(buf, indices), typ=memory_type(buf.dtype))
+        if buf.dtype.is_bool:
+            v = self.b.icmp_unsigned("!=", v, ir.Constant(I8, 0))
+        return v
+
+    def store(self, buf, indices, value):
+        if buf.dtype.is_bool:
+            value = self.b.zext(value, I8)
+        self.b.store(value, self.address(buf, indices))
+
+    # -- expressions ---------------------------------------------------------------------------
+
+    def expr(self, e):
+        b = self.b
+        if isinstance(e, Const):
+            t = value_type(e.dtype)
+            if e.dtype.is_bool:
+                return ir.Constant(I1, int(bool(e.value)))
+            return ir.Constant(t, float(e.value) if e.dtype.is_float else int(e.value))
+        if isinstance(e, Var):
+            return b.load(self.vars[e], typ=I64)
+        if isinstance(e, Load):
+            return self.load(e.buffer, e.indices)
+        if isinstance(e, Binary):
+            return self.binary(e.op, e.dtype, self.expr(e.a), self.expr(e.b))
+        if isinstance(e, Cmp):
+            return self.compare(e.op, e.a.dtype, self.expr(e.a), self.expr(e.b))
+        if isinstance(e, Select):
+            return b.select(self.expr(e.cond), self.expr(e.a), self.expr(e.b))
+        if isinstance(e, Cast):
+            return self.cast(self.expr(e.a), e.a.dtype, e.to)
+        raise TypeError(f"cannot render {e!r}")
+
+    def compare(self, op, dtype: DType, a, c):
+        b = self.b
+        if dtype.is_float:
+            # Ordered comparisons, except != which is true for NaN (as in C and numpy).
+            return b.fcmp_unordered("!=", a, c) if op == "ne" else b.fcmp_ordered(_ICMP[op], a, c)
+        if dtype.is_signed:
+            return b.icmp_signed(_ICMP[op], a, c)
+        return b.icmp_unsigned(_ICMP[op], a, c)
+
+    def binary(self, op, dtype: DType, a, c):
+        b = self.b
+        if op in ("and", "or"):
+            return b.and_(a, c) if op == "and" else b.or_(a, c)
+        if dtype.is_float:
+            if op in ("min", "max"):
+                # numpy's minimum/maximum: NaN propagates from either side.
+                pick_a = b.or_(b.fcmp_ordered("<" if op == "min" else ">", a, c), b.fcmp_unordered("!=", a, a))
+                return b.select(pick_a, a, c)
+            return {"add": b.fadd, "sub": b.fsub, "mul": b.fmul, "div": b.fdiv, "mod": b.frem}[op](a, c)
+        if op in ("min", "max"):
+            cmp = b.icmp_signed if dtype.is_signed else b.icmp_unsigned
+            return b.select(cmp("<" if op == "min" else ">", a, c), a, c)
+        if op == "div":
+            return b.sdiv(a, c) if dtype.is_signed else b.udiv(a, c)
+        if op == "mod":
+            return b.srem(a, c) if dtype.is_signed else b.urem(a, c)
+        return {"add": b.add, "sub": b.sub, "mul": b.mul}[op](a, c)
+
+    def cast(self, v, src: DType, dst: DType):
+        b = self.b
+        if src == dst:
+            return v
+        t = value_type(dst)
+        if dst.is_bool:
+            if src.is_float:
+                return b.fcmp_unordered("!=", v, ir.Constant(v.type, 0.0))
+            return b.icmp_unsigned("!=", v, ir.Constant(v.type, 0))
+        if src.is_bool:
+            return b.uitofp(v, t) if dst.is_float else b.zext(v, t)
+        if src.is_float and dst.is_float:
+            return b.fpext(v, t) if dst.bits > src.bits else b.fptrunc(v, t)
+        if src.is_float:
+            return b.fptosi(v, t) if dst.is_signed else b.fptoui(v, t)
+        if dst.is_float:
+            return b.sitofp(v, t) if src.is_signed else b.uitofp(v, t)
+        if dst.bits > src.bits:
+            return b.sext(v, t) if src.is_signed else b.zext(v, t)
+        if dst.bits < src.bits:
+            return b.trunc(v, t)
+        return v  # int8 <-> uint8: same bits
+
+    # -- statements ----------------------------------------------------------------------------
+
+    def stmt(self, s):
+        b = self.b
+        if isinstance(s, Seq):
+            for st in s.stmts:
+                self.stmt(st)
+        elif isinstance(s, For):
+            self.loop(s)
+        elif isinstance(s, Store):
+            self.store(s.buffer, s.indices, self.expr(s.value))
+        elif isinstance(s, Reduce):
+            value = self.expr(s.value)
+            if s.combine != "none":
+                old = self.load(s.buffer, s.indices)
+                op = {"add": "add", "mul": "mul", "max": "max", "min": "min"}[s.combine]
+                value = self.binary(op, s.buffer.dtype, old, value)
+            self.store(s.buffer, s.indices, value)
+        elif isinstance(s, If):
+            cond = self.expr(s.cond)
+            if s.orelse is None:
+                with b.if_then(cond):
+                    self.stmt(s.then)
+            else:
+                with b.if_else(cond) as (then, orelse):
+                    with then:
+                        self.stmt(s.then)
+                    with orelse:
+                        self.stmt(s.orelse)
+        elif isinstance(s, ReportIndexError):
+            pos = self.expr(s.position)
+            err = self.fn.args[1]
+            b.store(ir.Constant(I64, s.check_id), err)
+            b.store(pos, b.gep(err, [ir.Constant(I64, 1)], source_etype=I64))
+            b.ret(ir.Constant(I32, 1))
+            # Anything emitted after the return lands in a fresh, unreachable block.
+            b.position_at_end(self.fn.append_basic_block("after_error"))
+        else:
+            raise TypeError(f"cannot render {s!r}")
+
+    def loop(self, s: For):
+        b = self.b
+        with b.goto_block(self.entry):
+            b.position_at_start(self.entry)
+            slot = b.alloca(I64, name=s.var.name)
+        self.vars[s.var] = slot
+        extent = self.expr(s.extent)
+        b.store(ir.Constant(I64, 0), slot)
+        head = self.fn.append_basic_block(f"{s.var.name}.head")
+        body = self.fn.append_basic_block(f"{s.var.name}.body")
+        done = self.fn.append_basic_block(f"{s.var.name}.done")
+        b.branch(head)
+        b.position_at_end(head)
+        i = b.load(slot, typ=I64)
+        b.cbranch(b.icmp_signed("<", i, extent), body, done)
+        b.position_at_end(body)
+        self.stmt(s.body)
+        i = b.load(slot, typ=I64)
+        b.store(b.add(i, ir.Constant(I64, 1), flags=["nsw"]), slot)
+        b.branch(head)
+        b.position_at_end(done)
+        del self.vars[s.var]
+
+    def emit(self):
+        self.stmt(self.kernel.body)
+        if not self.b.block.is_terminated:
+            self.b.ret(ir.Constant(I32, 0))
+        return self.fn
+
+
+class LLVMRenderer:
+    """Loop-nest IR -> LLVM IR text. ``render`` returns the module's text."""
+
+    stage = "llvm"
+    entry = "cinnlite_main"
+
+    def render(self, program: LoweredProgram, triple: str = "", data_layout: str = "") -> str:
+        module = ir.Module(name=program.name)
+        module.triple = triple
+        module.data_layout = data_layout
+        slots = {buf.name: i for i, buf in enumerate(program.buffer_table())}
+        fns = []
+        used = set()
+        for kernel in program.kernels:
+            name = symbol(kernel.name)
+            while name in used:
+                name += "_"
+            used.add(name)
+            fns.append(_KernelEmitter(module, kernel, slots, name).emit())
+        main = ir.Function(module, ir.FunctionType(I32, [PTR, PTR]), self.entry)
+        b = ir.IRBuilder(main.append_basic_block("entry"))
+        for fn in fns:
+            status = b.call(fn, list(main.args))
+            failed = b.icmp_signed("!=", status, ir.Constant(I32, 0))
+            with b.if_then(failed, likely=False):
+                b.ret(status)
+        b.ret(ir.Constant(I32, 0))
+        return str(module)

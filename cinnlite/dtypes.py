@@ -1,0 +1,98 @@
+"""Data types: ``Float(32)``, ``Int(64)``, ``UInt(8)``, ``Bool()`` and conversions.
+
+A :class:`DType` is a frozen value; ``as_dtype`` accepts a DType, a string such as
+``"float32"`` or anything numpy understands as a dtype.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import DTypeError
+
+
+@dataclass(frozen=True)
+class DType:
+    kind: str  # "float" | "int" | "uint" | "bool"
+    bits: int
+
+    @property
+    def name(self) -> str:
+        return "bool" if self.kind == "bool" else f"{self.kind}{self.bits}"
+
+    @property
+    def np(self) -> np.dtype:
+        return np.dtype(self.name)
+
+    @property
+    def itemsize(self) -> int:
+        return 1 if self.kind == "bool" else self.bits // 8
+
+    @property
+    def is_float(self) -> bool:
+        return self.kind == "float"
+
+    @property
+    def is_int(self) -> bool:
+        return self.kind in ("int", "uint")
+
+    @property
+    def is_signed(self) -> bool:
+        return self.kind == "int"
+
+    @property
+    def is_bool(self) -> bool:
+        return self.kind == "bool"
+
+    def __repr__(self) -> str:
+        return self.name
+
+    __str__ = __repr__
+
+
+def Float(bits: int = 32) -> DType:
+    if bits not in (16, 32, 64):
+        raise DTypeError("Float", "supported dtypes", f"Float({bits}) is not supported; use 16, 32 or 64")
+    return DType("float", bits)
+
+
+def Int(bits: int = 32) -> DType:
+    if bits not in (8, 16, 32, 64):
+        raise DTypeError("Int", "supported dtypes", f"Int({bits}) is not supported; use 8, 16, 32 or 64")
+    return DType("int", bits)
+
+
+def UInt(bits: int = 8) -> DType:
+    if bits != 8:
+        raise DTypeError("UInt", "supported dtypes", f"UInt({bits}) is not supported; only UInt(8)")
+    return DType("uint", bits)
+
+
+def Bool() -> DType:
+    return DType("bool", 8)
+
+
+float16, float32, float64 = Float(16), Float(32), Float(64)
+int8, int16, int32, int64 = Int(8), Int(16), Int(32), Int(64)
+uint8, bool_ = UInt(8), Bool()
+
+DATA_DTYPES = (bool_, int8, int16, int32, int64, uint8, float16, float32, float64)
+INDEX_DTYPES = (int32, int64)
+_BY_NAME = {d.name: d for d in DATA_DTYPES}
+
+
+def as_dtype(value, op: str = "dtype") -> DType:
+    """Turn a DType, a dtype name or a numpy dtype into a supported :class:`DType`."""
+    if isinstance(value, DType):
+        if value in DATA_DTYPES:
+            return value
+        raise DTypeError(op, "supported dtypes", f"dtype {value} is not supported")
+    try:
+        name = np.dtype(value).name
+    except TypeError:
+        raise DTypeError(op, "supported dtypes", f"{value!r} is not a dtype") from None
+    if name not in _BY_NAME:
+        supported = ", ".join(_BY_NAME)
+        raise DTypeError(op, "supported dtypes", f"dtype {name} is not supported (supported: {supported})")
+    return _BY_NAME[name]

@@ -1,0 +1,296 @@
+"""Loop-nest IR: scalar expressions and statements over row-major buffers.
+
+Every node is a frozen dataclass, so IR compares structurally and hashes stably; passes build
+new nodes instead of editing old ones. Expressions carry their dtype. Index arithmetic is int64.
+
+Expressions: Const, Var, Binary, Cmp, Select, Cast, Load.
+Statements: For, Store, Reduce (read-combine-write; atomic on the GPU), If, Seq,
+ReportIndexError (a failed ``mode="raise"`` check).
+A Kernel is one operator's loop nests with the buffers it touches; a LoweredProgram is the
+kernels of a whole graph in execution order plus the buffer table the runtimes bind.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..dtypes import DType, bool_, int64
+
+# -- buffers ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """A contiguous row-major array. Two Buffers with one name are views of the same memory."""
+
+    name: str
+    dtype: DType
+    shape: tuple
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+    @property
+    def strides(self) -> tuple:
+        out, acc = [], 1
+        for d in reversed(self.shape):
+            out.append(acc)
+            acc *= d
+        return tuple(reversed(out))
+
+
+# -- expressions --------------------------------------------------------------------------------
+
+
+class Expr:
+    dtype: DType
+
+    # Operator sugar keeps lowering readable; it builds the same frozen nodes.
+    def __add__(self, o): return Binary("add", self, as_expr(o, self.dtype))
+    def __sub__(self, o): return Binary("sub", self, as_expr(o, self.dtype))
+    def __mul__(self, o): return Binary("mul", self, as_expr(o, self.dtype))
+    def __radd__(self, o): return Binary("add", as_expr(o, self.dtype), self)
+    def __rmul__(self, o): return Binary("mul", as_expr(o, self.dtype), self)
+    def __lt__(self, o): return Cmp("lt", self, as_expr(o, self.dtype))
+    def __le__(self, o): return Cmp("le", self, as_expr(o, self.dtype))
+    def __gt__(self, o): return Cmp("gt", self, as_expr(o, self.dtype))
+    def __ge__(self, o): return Cmp("ge", self, as_expr(o, self.dtype))
+    def __and__(self, o): return Binary("and", self, o)
+    def __or__(self, o): return Binary("or", self, o)
+
+
+@dataclass(frozen=True, eq=False)
+class Const(Expr):
+    value: object
+    dtype: DType = int64
+
+    # Compare by (type of value, value, dtype), so 1, 1.0 and True stay distinct.
+    def _key(self):
+        return (type(self.value).__name__, self.value, self.dtype)
+
+    def __eq__(self, other):
+        return isinstance(other, Const) and self._key() == other._key()
+
+    def __hash__(self):
+        return hash(self._key())
+
+
+@dataclass(frozen=True)
+class Var(Expr):
+    name: str
+    dtype: DType = int64
+
+
+BINARY_OPS = ("add", "sub", "mul", "div", "mod", "min", "max", "and", "or")
+CMP_OPS = ("lt", "le", "gt", "ge", "eq", "ne")
+
+
+@dataclass(frozen=True)
+class Binary(Expr):
+    """``div`` truncates toward zero on integers; ``mod`` has the sign of the dividend (C)."""
+
+    op: str
+    a: Expr
+    b: Expr
+
+    @property
+    def dtype(self) -> DType:
+        return self.a.dtype
+
+
+@dataclass(frozen=True)
+class Cmp(Expr):
+    op: str
+    a: Expr
+    b: Expr
+
+    @property
+    def dtype(self) -> DType:
+        return bool_
+
+
+@dataclass(frozen=True)
+class Select(Expr):
+    cond: Expr
+    a: Expr
+    b: Expr
+
+    @property
+    def dtype(self) -> DType:
+        return self.a.dtype
+
+
+@dataclass(frozen=True)
+class Cast(Expr):
+    to: DType
+    a: Expr
+
+    @property
+    def dtype(self) -> DType:
+        return self.to
+
+
+@dataclass(frozen=True)
+class Load(Expr):
+    buffer: Buffer
+    indices: tuple
+
+    @property
+    def dtype(self) -> DType:
+        return self.buffer.dtype
+
+
+def as_expr(value, dtype: DType = int64) -> Expr:
+    if isinstance(value, Expr):
+        return value
+    return Const(value, dtype)
+
+
+def const(value, dtype: DType = int64) -> Const:
+    if dtype.is_bool:
+        value = bool(value)
+    elif dtype.is_float:
+        value = float(value)
+    else:
+        value = int(value)
+    return Const(value, dtype)
+
+
+def select(cond, a, b) -> Expr:
+    return Select(cond, a, b)
+
+
+def minimum(a, b) -> Expr:
+    return Binary("min", a, as_expr(b, a.dtype))
+
+
+def maximum(a, b) -> Expr:
+    return Binary("max", a, as_expr(b, a.dtype))
+
+
+def logical_and(*conds) -> Expr:
+    out = conds[0]
+    for c in conds[1:]:
+        out = Binary("and", out, c)
+    return out
+
+
+# -- statements ---------------------------------------------------------------------------------
+
+
+class Stmt:
+    pass
+
+
+@dataclass(frozen=True)
+class For(Stmt):
+    """``for var in [0, extent)``. ``kind`` is set by a schedule pass: serial, parallel,
+    vectorize, or a GPU binding (``gpu.grid``: one flat grid-stride loop over blocks x threads)."""
+
+    var: Var
+    extent: Expr
+    body: Stmt
+    kind: str = "serial"
+
+
+@dataclass(frozen=True)
+class Store(Stmt):
+    buffer: Buffer
+    indices: tuple
+    value: Expr
+
+
+COMBINES = ("none", "add", "mul", "max", "min")
+
+
+@dataclass(frozen=True)
+class Reduce(Stmt):
+    """``buffer[indices] = combine(buffer[indices], value)``; ``none`` overwrites.
+
+    Several iterations may hit one element. Scatter update loops use it; backends must keep
+    the result of ``none`` the last write in loop order, and may use atomics for the others.
+    """
+
+    buffer: Buffer
+    indices: tuple
+    value: Expr
+    combine: str
+
+
+@dataclass(frozen=True)
+class If(Stmt):
+    cond: Expr
+    then: Stmt
+    orelse: Stmt | None = None
+
+
+@dataclass(frozen=True)
+class Seq(Stmt):
+    stmts: tuple
+
+
+@dataclass(frozen=True)
+class ReportIndexError(Stmt):
+    """A ``mode="raise"`` check failed at flat ``position`` of the index tensor of check
+    ``check_id``. The CPU stops the kernel; the GPU keeps the smallest position."""
+
+    check_id: int
+    position: Expr
+
+
+# -- kernels and programs -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class IndexCheck:
+    """What the runtime needs to turn a failed check into an IndexError."""
+
+    check_id: int
+    op: str            # the operator, e.g. "gather"
+    node: str          # the output tensor name of the node
+    input: str         # the index tensor's name in the graph
+    buffer: str        # the buffer holding the index values
+    shape: tuple       # the index tensor's shape
+    sizes: tuple       # the axis size each index addresses; one entry, or one per tuple component
+    tuple_axis: int | None = None  # which index axis runs over tuple components (gather_nd)
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One operator's computation. ``params`` are the graph buffers it reads and writes (the
+    output last); ``temps`` are scratch buffers the runtime allocates for the kernel's call."""
+
+    name: str
+    op: str
+    params: tuple
+    output: Buffer
+    body: Stmt
+    temps: tuple = ()
+    checks: tuple = ()
+    pure: bool = True  # a compute ("every output element is this expression"), fusable
+
+
+@dataclass(frozen=True)
+class LoweredProgram:
+    name: str
+    kernels: tuple
+    inputs: tuple          # Buffers of the graph inputs, in program order
+    outputs: tuple         # Buffers of the program outputs, in output order
+    constants: tuple       # (Buffer, ConstArray) pairs
+    intermediates: tuple   # Buffers produced and consumed inside the program
+    checks: tuple = field(default=())
+
+    def buffer_table(self) -> tuple:
+        """Every buffer the entry point sees, in slot order (names are unique)."""
+        seen, table = set(), []
+        groups = (self.inputs, [b for b, _ in self.constants], self.outputs, self.intermediates,
+                  [t for k in self.kernels for t in k.temps])
+        for group in groups:
+            for b in group:
+                if b.name not in seen:
+                    seen.add(b.name)
+                    table.append(b)
+        return tuple(table)

@@ -1,0 +1,222 @@
+"""Passes over the loop-nest IR: pure functions Kernel -> Kernel, run from visible lists.
+
+``CPU_PIPELINE`` and ``GPU_PIPELINE`` name the passes each backend runs, in order; every
+pass's output can be dumped (``run_pipeline(..., dump=True)``).
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..dtypes import bool_, int64
+from ..errors import CompileError
+from .loopnest import (Binary, Buffer, Cast, Cmp, Const, For, If, Kernel, Load, LoweredProgram,
+                       Reduce, ReportIndexError, Select, Seq, Store, Var)
+from .transform import map_expr, map_stmt, stmt_exprs, walk_expr, walk_stmt
+
+# -- remove_unit_loops ------------------------------------------------------------------------
+
+
+def _substitute(stmt, mapping):
+    return map_stmt(stmt, lambda e: mapping.get(e, e) if isinstance(e, Var) else e)
+
+
+def remove_unit_loops(kernel: Kernel) -> Kernel:
+    """Loops of extent 1 become their body with the variable set to 0; loops of extent 0 go."""
+
+    def visit(s):
+        if isinstance(s, For) and isinstance(s.extent, Const):
+            if s.extent.value == 0:
+                return None
+            if s.extent.value == 1:
+                return _substitute(s.body, {s.var: Const(0, s.var.dtype)})
+        return s
+
+    body = map_stmt(kernel.body, None, visit)
+    return replace(kernel, body=body if body is not None else Seq(()))
+
+
+# -- simplify -----------------------------------------------------------------------------------
+
+
+def _c_div(a, b):
+    q = abs(a) // abs(b)
+    return q if (a >= 0) == (b >= 0) else -q
+
+
+def _fold_binary(op, a, b):
+    if op == "add": return a + b
+    if op == "sub": return a - b
+    if op == "mul": return a * b
+    if op == "min": return min(a, b)
+    if op == "max": return max(a, b)
+    if op == "div" and b != 0: return _c_div(a, b)
+    if op == "mod" and b != 0: return a - _c_div(a, b) * b
+    return None
+
+
+def _is_int_const(e, value=None):
+    return isinstance(e, Const) and e.dtype.is_int and (value is None or e.value == value)
+
+
+def _simplify_expr(e):
+    if isinstance(e, Binary):
+        a, b = e.a, e.b
+        if e.op in ("and", "or") and e.dtype.is_bool:
+            for x, y in ((a, b), (b, a)):
+                if isinstance(x, Const):
+                    if e.op == "and":
+                        return y if x.value else Const(False, bool_)
+                    return Const(True, bool_) if x.value else y
+            return e
+        if _is_int_const(a) and _is_int_const(b):
+            v = _fold_binary(e.op, a.value, b.value)
+            if v is not None and e.dtype == int64 and -2**63 <= v < 2**63:
+                return Const(v, e.dtype)
+        if e.dtype.is_int:
+            if e.op == "add" and _is_int_const(b, 0): return a
+            if e.op == "add" and _is_int_const(a, 0): return b
+            if e.op == "sub" and _is_int_const(b, 0): return a
+            if e.op == "mul" and _is_int_const(b, 1): return a
+            if e.op == "mul" and _is_int_const(a, 1): return b
+            if e.op == "mul" and (_is_int_const(a, 0) or _is_int_const(b, 0)): return Const(0, e.dtype)
+        return e
+    if isinstance(e, Cmp):
+        if _is_int_const(e.a) and _is_int_const(e.b):
+            a, b = e.a.value, e.b.value
+            return Const({"lt": a < b, "le": a <= b, "gt": a > b, "ge": a >= b,
+                          "eq": a == b, "ne": a != b}[e.op], bool_)
+        return e
+    if isinstance(e, Select):
+        if isinstance(e.cond, Const):
+            return e.a if e.cond.value else e.b
+        if e.a == e.b:
+            return e.a
+        return e
+    if isinstance(e, Cast):
+        if e.a.dtype == e.to:
+            return e.a
+        if _is_int_const(e.a) and e.to == int64:
+            return Const(int(e.a.value), int64)
+        return e
+    return e
+
+
+def simplify(kernel: Kernel) -> Kernel:
+    """Constant folding and integer identities; statically decided ``if``s disappear."""
+
+    def visit(s):
+        if isinstance(s, If) and isinstance(s.cond, Const):
+            return s.then if s.cond.value else s.orelse
+        return s
+
+    body = map_stmt(kernel.body, _simplify_expr, visit)
+    return replace(kernel, body=body if body is not None else Seq(()))
+
+
+# -- verify -------------------------------------------------------------------------------------
+
+
+def verify(kernel: Kernel) -> Kernel:
+    """Check that every variable is bound, every access has one index per buffer axis, and
+    that operand dtypes agree. Raises CompileError before a backend ever sees bad IR."""
+    known = {b.name for b in kernel.params} | {t.name for t in kernel.temps}
+
+    def fail(msg):
+        raise CompileError(f"loop-nest verifier, kernel {kernel.name}: {msg}")
+
+    def check_expr(e, bound):
+        for x in walk_expr(e):
+            if isinstance(x, Var) and x not in bound:
+                fail(f"unbound variable {x.name}")
+            if isinstance(x, (Binary, Cmp)) and x.a.dtype != x.b.dtype:
+                fail(f"{x.op} of {x.a.dtype} and {x.b.dtype}")
+            if isinstance(x, Binary) and x.op in ("and", "or") and not x.a.dtype.is_bool:
+                fail(f"{x.op} of non-bool {x.a.dtype}")
+            if isinstance(x, Select):
+                if not x.cond.dtype.is_bool:
+                    fail("select condition is not bool")
+                if x.a.dtype != x.b.dtype:
+                    fail(f"select of {x.a.dtype} and {x.b.dtype}")
+            if isinstance(x, Load):
+                check_access(x.buffer, x.indices)
+
+    def check_access(buf: Buffer, indices):
+        if buf.name not in known:
+            fail(f"access to unknown buffer {buf.name}")
+        if len(indices) != len(buf.shape):
+            fail(f"{buf.name} has rank {len(buf.shape)} but is accessed with {len(indices)} indices")
+        for i in indices:
+            if i.dtype != int64:
+                fail(f"index into {buf.name} has dtype {i.dtype}, not int64")
+
+    def visit(s, bound):
+        for e in stmt_exprs(s):
+            check_expr(e, bound)
+        if isinstance(s, For):
+            if s.var in bound:
+                fail(f"variable {s.var.name} is bound twice")
+            visit(s.body, bound | {s.var})
+        elif isinstance(s, (Store, Reduce)):
+            check_access(s.buffer, s.indices)
+            if s.value.dtype != s.buffer.dtype:
+                fail(f"store of {s.value.dtype} into {s.buffer.name}: {s.buffer.dtype}")
+        elif isinstance(s, If):
+            if not s.cond.dtype.is_bool:
+                fail("if condition is not bool")
+            visit(s.then, bound)
+            if s.orelse is not None:
+                visit(s.orelse, bound)
+        elif isinstance(s, Seq):
+            for st in s.stmts:
+                visit(st, bound)
+
+    visit(kernel.body, frozenset())
+    return kernel
+
+
+# -- schedule_cpu -------------------------------------------------------------------------------
+
+
+def _is_compute_nest(s) -> bool:
+    """A loop nest whose only writes are plain stores (no Reduce, no error report)."""
+    kinds = [type(x) for x in walk_stmt(s)]
+    return Reduce not in kinds and ReportIndexError not in kinds
+
+
+def schedule_cpu(kernel: Kernel) -> Kernel:
+    """Mark the outermost loop of every race-free compute nest ``parallel`` and its innermost
+    loop ``vectorize``. Update nests of scatters stay serial: their order is the semantics."""
+
+    def innermost_vectorize(s):
+        if isinstance(s, For):
+            if isinstance(s.body, For):
+                return replace(s, body=innermost_vectorize(s.body))
+            return replace(s, kind="vectorize") if s.kind == "serial" else s
+        return s
+
+    def mark(s):
+        if isinstance(s, For) and _is_compute_nest(s):
+            inner = innermost_vectorize(s.body) if isinstance(s.body, For) else s.body
+            return replace(s, body=inner, kind="parallel")
+        if isinstance(s, Seq):
+            return Seq(tuple(mark(x) for x in s.stmts))
+        return s
+
+    return replace(kernel, body=mark(kernel.body))
+
+
+# -- pipelines ----------------------------------------------------------------------------------
+
+CPU_PIPELINE = (remove_unit_loops, simplify, verify, schedule_cpu, verify)
+
+
+def run_pipeline(program: LoweredProgram, pipeline, dump: bool = False):
+    """Run every pass on every kernel. With ``dump``, also return ``[(pass name, text)]``."""
+    from .printer import program_str
+
+    dumps = []
+    for p in pipeline:
+        program = replace(program, kernels=tuple(p(k) for k in program.kernels))
+        if dump:
+            dumps.append((p.__name__, program_str(program)))
+    return (program, dumps) if dump else program

@@ -1,0 +1,67 @@
+"""Text form of the loop-nest IR, as shown by ``exe.source("lowered")``."""
+from __future__ import annotations
+
+from .loopnest import (Binary, Cast, Cmp, Const, For, If, Kernel, Load, LoweredProgram, Reduce,
+                       ReportIndexError, Select, Seq, Store, Var)
+
+_INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "mod": "%", "and": "&&", "or": "||"}
+_CMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
+
+
+def expr_str(e) -> str:
+    if isinstance(e, Const):
+        if e.dtype.is_bool:
+            return "true" if e.value else "false"
+        return repr(e.value) if e.dtype.name in ("int64", "float32") else f"{e.dtype}({e.value!r})"
+    if isinstance(e, Var):
+        return e.name
+    if isinstance(e, Binary):
+        if e.op in _INFIX:
+            return f"({expr_str(e.a)} {_INFIX[e.op]} {expr_str(e.b)})"
+        return f"{e.op}({expr_str(e.a)}, {expr_str(e.b)})"
+    if isinstance(e, Cmp):
+        return f"({expr_str(e.a)} {_CMP[e.op]} {expr_str(e.b)})"
+    if isinstance(e, Select):
+        return f"select({expr_str(e.cond)}, {expr_str(e.a)}, {expr_str(e.b)})"
+    if isinstance(e, Cast):
+        return f"{e.to}({expr_str(e.a)})"
+    if isinstance(e, Load):
+        return f"{e.buffer.name}[{', '.join(expr_str(i) for i in e.indices)}]"
+    raise TypeError(f"not an expression: {e!r}")
+
+
+def stmt_lines(s, indent: int = 1) -> list:
+    pad = "  " * indent
+    if isinstance(s, For):
+        kind = "" if s.kind == "serial" else f"  # {s.kind}"
+        lines = [f"{pad}for {s.var.name} in 0..{expr_str(s.extent)} {{{kind}"]
+        lines += stmt_lines(s.body, indent + 1)
+        return lines + [f"{pad}}}"]
+    if isinstance(s, Store):
+        return [f"{pad}{s.buffer.name}[{', '.join(expr_str(i) for i in s.indices)}] = {expr_str(s.value)}"]
+    if isinstance(s, Reduce):
+        target = f"{s.buffer.name}[{', '.join(expr_str(i) for i in s.indices)}]"
+        if s.combine == "none":
+            return [f"{pad}{target} = {expr_str(s.value)}  # scatter: last write wins"]
+        return [f"{pad}{target} = {s.combine}({target}, {expr_str(s.value)})"]
+    if isinstance(s, If):
+        lines = [f"{pad}if {expr_str(s.cond)} {{"] + stmt_lines(s.then, indent + 1)
+        if s.orelse is not None:
+            lines += [f"{pad}}} else {{"] + stmt_lines(s.orelse, indent + 1)
+        return lines + [f"{pad}}}"]
+    if isinstance(s, Seq):
+        return [line for st in s.stmts for line in stmt_lines(st, indent)]
+    if isinstance(s, ReportIndexError):
+        return [f"{pad}report_index_error(check={s.check_id}, position={expr_str(s.position)})"]
+    raise TypeError(f"not a statement: {s!r}")
+
+
+def kernel_str(k: Kernel) -> str:
+    params = ", ".join(f"{b.name}: {b.dtype}{list(b.shape)}" for b in k.params)
+    head = f"kernel {k.name}({params})  # {k.op}"
+    temps = [f"  alloc {t.name}: {t.dtype}{list(t.shape)}" for t in k.temps]
+    return "\n".join([head + " {"] + temps + stmt_lines(k.body) + ["}"])
+
+
+def program_str(p: LoweredProgram) -> str:
+    return "\n\n".join(kernel_str(k) for k in p.kernels) if p.kernels else f"# {p.name}: no kernels"

@@ -1,0 +1,108 @@
+"""What every backend's executable shares: argument checking, buffer allocation, error reporting
+and the ``exe(**arrays)`` / ``exe.run(dict)`` / ``exe.source(stage)`` interface."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import IndexOutOfRangeError, InputError, InputTypeError
+from ..ir.loopnest import LoweredProgram
+
+
+class Executable:
+    """A compiled program. Subclasses implement ``_execute(arrays) -> status, err`` and the
+    stage texts; this class owns the checks every call makes."""
+
+    target = "?"
+
+    def __init__(self, program, lowered: LoweredProgram, sources: dict, lazy_sources: dict | None = None):
+        self.program = program
+        self.lowered = lowered
+        self._sources = dict(sources)
+        self._lazy = dict(lazy_sources or {})
+        self._inputs = [(b.name, tuple(b.shape), b.dtype.np) for b in lowered.inputs]
+        self._input_names = {name for name, _, _ in self._inputs}
+        self._table = lowered.buffer_table()
+        self._consts = {b.name: c.array for b, c in lowered.constants}
+        self._produced = {k.output.name for k in lowered.kernels}
+        self._alloc = [(b.name, tuple(b.shape), b.dtype.np) for b in self._table
+                       if b.name not in self._input_names and b.name not in self._consts]
+        self._checks = {c.check_id: c for c in lowered.checks}
+
+    # -- stages ----------------------------------------------------------------------------------
+
+    @property
+    def stages(self) -> tuple:
+        return tuple(self._sources) + tuple(k for k in self._lazy if k not in self._sources)
+
+    def source(self, stage: str) -> str:
+        """The text of one compilation stage (see ``stages``)."""
+        if stage in self._sources:
+            return self._sources[stage]
+        if stage in self._lazy:
+            self._sources[stage] = self._lazy[stage]()
+            return self._sources[stage]
+        raise ValueError(f"unknown stage {stage!r} for target {self.target}; stages: {', '.join(self.stages)}")
+
+    # -- calling ---------------------------------------------------------------------------------
+
+    def _check_inputs(self, kwargs: dict) -> dict:
+        missing = [n for n, _, _ in self._inputs if n not in kwargs]
+        unknown = [n for n in kwargs if n not in self._input_names]
+        if missing or unknown:
+            parts = []
+            if missing:
+                parts.append("missing input(s) " + ", ".join(repr(n) for n in missing))
+            if unknown:
+                parts.append("unknown input(s) " + ", ".join(repr(n) for n in unknown))
+            expected = ", ".join(f"{n}: {dt.name}{list(s)}" for n, s, dt in self._inputs)
+            raise InputError(f"program '{self.program.name}': {'; '.join(parts)} (expects {expected})")
+        arrays = {}
+        for name, shape, dtype in self._inputs:
+            value = kwargs[name]
+            arr = value if isinstance(value, np.ndarray) else np.asarray(value)
+            if arr.dtype != dtype:
+                raise InputTypeError(f"input '{name}': expected dtype {dtype.name}, got {arr.dtype.name} "
+                                     f"(cinnlite does not cast; use .astype(np.{dtype.name}))")
+            if arr.shape != shape:
+                raise InputError(f"input '{name}': expected shape {shape}, got {arr.shape}")
+            arrays[name] = np.ascontiguousarray(arr)
+        return arrays
+
+    def _allocate(self, arrays: dict) -> dict:
+        buffers = dict(arrays)
+        buffers.update(self._consts)
+        for name, shape, dtype in self._alloc:
+            buffers[name] = np.empty(shape, dtype)
+        return buffers
+
+    def _raise_index_error(self, check_id: int, position: int, buffers: dict):
+        chk = self._checks[check_id]
+        pos = np.unravel_index(position, chk.shape) if chk.shape else ()
+        pos = tuple(int(p) for p in pos)
+        value = int(np.asarray(buffers[chk.buffer]).reshape(-1)[position]) if chk.shape else \
+            int(np.asarray(buffers[chk.buffer]))
+        size = chk.sizes[0] if chk.tuple_axis is None else chk.sizes[pos[chk.tuple_axis]]
+        raise IndexOutOfRangeError(f"{chk.op} '{chk.node}'", chk.input, pos, value, size)
+
+    def _outputs(self, buffers: dict) -> dict:
+        outs = {}
+        for b in self.lowered.outputs:
+            arr = buffers[b.name]
+            # An output that is an input or a constant is returned as a fresh copy.
+            outs[b.name] = arr if b.name in self._produced else np.array(arr, copy=True)
+        return outs
+
+    def run(self, inputs: dict) -> dict:
+        """Run on a dict of input arrays; returns ``{output name: array}``."""
+        if not isinstance(inputs, dict):
+            raise InputError("run() takes a dict of input name -> array")
+        return self._run(self._check_inputs(inputs))
+
+    def __call__(self, **inputs):
+        """Run on keyword arrays; returns the output array, or a tuple in output order."""
+        outs = self._run(self._check_inputs(inputs))
+        values = tuple(outs[b.name] for b in self.lowered.outputs)
+        return values[0] if len(values) == 1 else values
+
+    def _run(self, arrays: dict) -> dict:
+        raise NotImplementedError
