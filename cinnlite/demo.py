@@ -52,7 +52,7 @@ def main(out=sys.stdout) -> int:
     p(exe.source("lowered"))
     kernel = "scatter_0"
     llvm = exe.source("llvm")
-    start = llvm.find(f"@k_{kernel}(")
+    start = max(llvm.find(f'@"k_{kernel}"('), llvm.find(f"@k_{kernel}("))
     p(f"\n== LLVM IR of kernel {kernel} ==")
     if start >= 0:
         begin = llvm.rfind("\ndefine", 0, start) + 1
