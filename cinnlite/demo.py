@@ -36,6 +36,15 @@ def reference(x, i, rows):
     return g, t, nd, s, acc
 
 
+def kernel_llvm(module_text: str, kernel: str) -> str:
+    """The definitions of a kernel's stage functions in a module's text."""
+    blocks = module_text.split("\ndefine ")
+    prefix = f"k_{kernel}_s"
+    keep = ["define " + b.split("\n}\n")[0] + "\n}" for b in blocks[1:]
+            if b.split("(")[0].split("@")[-1].strip('"').startswith(prefix) and "_impl" in b.split("(")[0]]
+    return "\n\n".join(keep)
+
+
 def main(out=sys.stdout) -> int:
     prog = build_demo_program()
     exe = cl.compile(prog, target="cpu")
@@ -51,12 +60,8 @@ def main(out=sys.stdout) -> int:
     p("\n== loop nests (after the CPU passes) ==")
     p(exe.source("lowered"))
     kernel = "scatter_0"
-    llvm = exe.source("llvm")
-    start = max(llvm.find(f'@"k_{kernel}"('), llvm.find(f"@k_{kernel}("))
-    p(f"\n== LLVM IR of kernel {kernel} ==")
-    if start >= 0:
-        begin = llvm.rfind("\ndefine", 0, start) + 1
-        p(llvm[begin:llvm.find("\n}\n", start) + 2])
+    p(f"\n== LLVM IR of kernel {kernel} (one function per stage) ==")
+    p(kernel_llvm(exe.source("llvm"), kernel))
     p("== results ==")
     for t, a, w in zip(prog.outputs, got, want):
         status = "ok" if np.array_equal(a, w) else "MISMATCH"

@@ -9,4 +9,4 @@ def test_demo_matches_numpy():
     assert main(out) == 0
     text = out.getvalue()
     assert "all outputs match numpy" in text
-    assert 'define i32 @"k_scatter_0"' in text
+    assert 'define internal i32 @"k_scatter_0_s0_impl"' in text

@@ -1,19 +1,26 @@
 """LLVM IR renderer: a LoweredProgram becomes one llvmlite module.
 
-The module exports ``cinnlite_main(ptr bufs, ptr err) -> i32``: ``bufs`` is the table of buffer
-pointers in ``LoweredProgram.buffer_table()`` order, ``err`` two int64 slots that a failed
-``mode="raise"`` check fills with (check id, flat position) before main returns 1. Every kernel
-is also exported as ``<kernel symbol>(ptr bufs, ptr err) -> i32``.
+Every stage of every kernel (see ``passes.kernel_stages``) becomes an exported function
+``<kernel>_s<j>(ptr bufs, i64 begin, i64 end, ptr err) -> i32`` that runs the slice
+``[begin, end)`` of the stage's parallel dimension; it calls an internal ``_impl`` that takes
+each buffer as its own ``noalias`` pointer, which lets LLVM hoist index arithmetic and
+vectorise. ``cinnlite_main(ptr bufs, ptr err) -> i32`` runs every stage whole, in order.
+``bufs`` is the table of buffer pointers in ``LoweredProgram.buffer_table()`` order; ``err``
+holds two int64 slots that a failed ``mode="raise"`` check fills with (check id, flat position)
+before the function returns 1.
 """
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from llvmlite import ir
 
 from ..dtypes import DType
-from ..ir.loopnest import (Binary, Buffer, Cast, Cmp, Const, For, If, Kernel, Load, LoweredProgram,
-                           Reduce, ReportIndexError, Select, Seq, Store, Var)
+from ..ir.loopnest import (Binary, Buffer, Cast, Cmp, Const, For, If, Load, LoweredProgram, Reduce,
+                           ReportIndexError, Select, Seq, Store, Var)
+from ..ir.passes import RANGE_BEGIN, RANGE_END, kernel_stages, stage_extent, stage_work
+from ..ir.transform import stmt_exprs, walk_expr, walk_stmt
 
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
 PTR = ir.PointerType()
@@ -39,27 +46,88 @@ def symbol(name: str) -> str:
     return "k_" + re.sub(r"[^A-Za-z0-9_]", "_", name)
 
 
-class _KernelEmitter:
-    """Emits one kernel function. Loop variables live in allocas; mem2reg/SROA promote them."""
+def stage_buffers(stage) -> list:
+    """The buffers a stage touches, by name, in first-use order (views share their name)."""
+    seen = {}
+    for st in walk_stmt(stage):
+        if isinstance(st, (Store, Reduce)):
+            seen.setdefault(st.buffer.name, st.buffer)
+        for e in stmt_exprs(st):
+            for x in walk_expr(e):
+                if isinstance(x, Load):
+                    seen.setdefault(x.buffer.name, x.buffer)
+    return list(seen.values())
 
-    def __init__(self, module: ir.Module, kernel: Kernel, slots: dict, fn_name: str):
-        self.kernel = kernel
-        self.slots = slots
-        self.fn = ir.Function(module, ir.FunctionType(I32, [PTR, PTR]), fn_name)
-        self.fn.args[0].name, self.fn.args[1].name = "bufs", "err"
+
+@dataclass(frozen=True)
+class StageInfo:
+    """One exported stage function and how the runtime may split it across threads."""
+
+    symbol: str
+    kernel: str
+    kind: str      # "serial", "parallel" (split the outer loop) or "parallel_rows"
+    extent: int    # size of the dimension [begin, end) ranges over
+    work: int      # innermost iterations of the whole stage
+
+
+def stage_plan(program: LoweredProgram) -> list:
+    """The stages of a program in execution order, with their exported symbols."""
+    plan, used = [], set()
+    for kernel in program.kernels:
+        base = symbol(kernel.name)
+        while base in used:
+            base += "_"
+        used.add(base)
+        for j, stage in enumerate(kernel_stages(kernel)):
+            kind = stage.kind if isinstance(stage, For) and stage.kind.startswith("parallel") else "serial"
+            plan.append((StageInfo(f"{base}_s{j}", kernel.name, kind, stage_extent(stage), stage_work(stage)),
+                         stage))
+    return plan
+
+
+class _KernelEmitter:
+    """Emits one stage as ``<name>_impl`` (buffers as noalias arguments) and the exported
+    wrapper ``<name>`` that reads the buffer table. Loop variables live in allocas;
+    mem2reg/SROA promote them."""
+
+    def __init__(self, module: ir.Module, stage, slots: dict, fn_name: str):
+        self.stage = stage
+        self.buffers = stage_buffers(stage)
+        n = len(self.buffers)
+        self.fn = ir.Function(module, ir.FunctionType(I32, [PTR] * n + [I64, I64, PTR]), fn_name + "_impl")
+        self.fn.linkage = "internal"
+        self.ptrs = {}
+        for arg, buf in zip(self.fn.args, self.buffers):
+            arg.name = re.sub(r"[^A-Za-z0-9_]", "_", buf.name)
+            arg.add_attribute("noalias")
+            self.ptrs[buf.name] = arg
+        begin, end, err = self.fn.args[n:]
+        begin.name, end.name, err.name = "begin", "end", "err"
+        self.err = err
         self.entry = self.fn.append_basic_block("entry")
         self.b = ir.IRBuilder(self.entry)
         self.vars: dict = {}
-        self.ptrs: dict = {}
+        for var, value in ((RANGE_BEGIN, begin), (RANGE_END, end)):
+            slot = self.b.alloca(I64, name=var.name)
+            self.b.store(value, slot)
+            self.vars[var] = slot
+        self._wrapper(module, slots, fn_name)
+
+    def _wrapper(self, module, slots, fn_name):
+        fn = ir.Function(module, ir.FunctionType(I32, [PTR, I64, I64, PTR]), fn_name)
+        table, begin, end, err = fn.args
+        table.name, begin.name, end.name, err.name = "bufs", "begin", "end", "err"
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        args = []
+        for buf in self.buffers:
+            slot = b.gep(table, [ir.Constant(I64, slots[buf.name])], source_etype=PTR)
+            args.append(b.load(slot, typ=PTR))
+        b.ret(b.call(self.fn, args + [begin, end, err]))
+        self.wrapper = fn
 
     # -- buffers -------------------------------------------------------------------------------
 
     def base(self, buf: Buffer):
-        if buf.name not in self.ptrs:
-            with self.b.goto_block(self.entry):
-                self.b.position_at_start(self.entry)
-                slot = self.b.gep(self.fn.args[0], [ir.Constant(I64, self.slots[buf.name])], source_etype=PTR)
-                self.ptrs[buf.name] = self.b.load(slot, typ=PTR, name=f"{buf.name}_ptr".replace(".", "_"))
         return self.ptrs[buf.name]
 
     def address(self, buf: Buffer, indices):
@@ -189,7 +257,7 @@ class _KernelEmitter:
                         self.stmt(s.orelse)
         elif isinstance(s, ReportIndexError):
             pos = self.expr(s.position)
-            err = self.fn.args[1]
+            err = self.err
             b.store(ir.Constant(I64, s.check_id), err)
             b.store(pos, b.gep(err, [ir.Constant(I64, 1)], source_etype=I64))
             b.ret(ir.Constant(I32, 1))
@@ -205,7 +273,13 @@ class _KernelEmitter:
             slot = b.alloca(I64, name=s.var.name)
         self.vars[s.var] = slot
         extent = self.expr(s.extent)
-        b.store(ir.Constant(I64, 0), slot)
+        start = ir.Constant(I64, 0)
+        if s.kind == "parallel":
+            # This call runs the chunk [begin, min(end, extent)) of the loop.
+            start = self.expr(RANGE_BEGIN)
+            end = self.expr(RANGE_END)
+            extent = b.select(b.icmp_signed("<", end, extent), end, extent)
+        b.store(start, slot)
         head = self.fn.append_basic_block(f"{s.var.name}.head")
         body = self.fn.append_basic_block(f"{s.var.name}.body")
         done = self.fn.append_basic_block(f"{s.var.name}.done")
@@ -222,10 +296,10 @@ class _KernelEmitter:
         del self.vars[s.var]
 
     def emit(self):
-        self.stmt(self.kernel.body)
+        self.stmt(self.stage)
         if not self.b.block.is_terminated:
             self.b.ret(ir.Constant(I32, 0))
-        return self.fn
+        return self.wrapper
 
 
 class LLVMRenderer:
@@ -239,18 +313,11 @@ class LLVMRenderer:
         module.triple = triple
         module.data_layout = data_layout
         slots = {buf.name: i for i, buf in enumerate(program.buffer_table())}
-        fns = []
-        used = set()
-        for kernel in program.kernels:
-            name = symbol(kernel.name)
-            while name in used:
-                name += "_"
-            used.add(name)
-            fns.append(_KernelEmitter(module, kernel, slots, name).emit())
         main = ir.Function(module, ir.FunctionType(I32, [PTR, PTR]), self.entry)
         b = ir.IRBuilder(main.append_basic_block("entry"))
-        for fn in fns:
-            status = b.call(fn, list(main.args))
+        for info, stage in stage_plan(program):
+            fn = _KernelEmitter(module, stage, slots, info.symbol).emit()
+            status = b.call(fn, [main.args[0], ir.Constant(I64, 0), ir.Constant(I64, info.extent), main.args[1]])
             failed = b.icmp_signed("!=", status, ir.Constant(I32, 0))
             with b.if_then(failed, likely=False):
                 b.ret(status)

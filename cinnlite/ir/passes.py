@@ -151,7 +151,7 @@ def verify(kernel: Kernel) -> Kernel:
 
     def visit(s, bound):
         for e in stmt_exprs(s):
-            check_expr(e, bound)
+            check_expr(e, bound | frozenset(RANGE_VARS))
         if isinstance(s, For):
             if s.var in bound:
                 fail(f"variable {s.var.name} is bound twice")
@@ -176,33 +176,116 @@ def verify(kernel: Kernel) -> Kernel:
 
 # -- schedule_cpu -------------------------------------------------------------------------------
 
+#: Bound by the backend around every stage: the slice ``[range_begin, range_end)`` of the stage's
+#: parallel dimension that one call (one thread's chunk) executes.
+RANGE_BEGIN = Var("range_begin")
+RANGE_END = Var("range_end")
+RANGE_VARS = (RANGE_BEGIN, RANGE_END)
 
-def _is_compute_nest(s) -> bool:
-    """A loop nest whose only writes are plain stores (no Reduce, no error report)."""
-    kinds = [type(x) for x in walk_stmt(s)]
+
+def kernel_stages(kernel: Kernel) -> tuple:
+    """The top-level statements of a kernel (nested sequences flattened), run one after
+    another: each is one stage."""
+    def flat(s):
+        return tuple(x for st in s.stmts for x in flat(st)) if isinstance(s, Seq) else (s,)
+    return flat(kernel.body)
+
+
+def _writes_only_plain_stores(s) -> bool:
+    kinds = {type(x) for x in walk_stmt(s)}
     return Reduce not in kinds and ReportIndexError not in kinds
 
 
-def schedule_cpu(kernel: Kernel) -> Kernel:
-    """Mark the outermost loop of every race-free compute nest ``parallel`` and its innermost
-    loop ``vectorize``. Update nests of scatters stay serial: their order is the semantics."""
+def _vars_of(e) -> set:
+    return {x for x in walk_expr(e) if isinstance(x, Var)}
 
-    def innermost_vectorize(s):
+
+def _innermost_vectorize(s):
+    if isinstance(s, For):
+        if isinstance(s.body, For):
+            return replace(s, body=_innermost_vectorize(s.body))
+        return replace(s, kind="vectorize") if s.kind == "serial" else s
+    return s
+
+
+def _guard_rows(nest: For, row):
+    """Wrap the body of the innermost loop that ``row`` depends on in
+    ``if range_begin <= row < range_end``, so the guard runs once per update slice."""
+    deps = _vars_of(row)
+    guard = logical_and_expr(Cmp("ge", row, RANGE_BEGIN), Cmp("lt", row, RANGE_END))
+
+    def visit(s, bound):
         if isinstance(s, For):
-            if isinstance(s.body, For):
-                return replace(s, body=innermost_vectorize(s.body))
-            return replace(s, kind="vectorize") if s.kind == "serial" else s
-        return s
+            inner = bound | {s.var}
+            if deps <= inner:
+                return replace(s, body=If(guard, s.body))
+            return replace(s, body=visit(s.body, inner))
+        raise AssertionError("row depends on variables outside the update nest")
 
-    def mark(s):
-        if isinstance(s, For) and _is_compute_nest(s):
-            inner = innermost_vectorize(s.body) if isinstance(s.body, For) else s.body
-            return replace(s, body=inner, kind="parallel")
+    if not deps:
+        return If(guard, nest)
+    return visit(nest, frozenset())
+
+
+def logical_and_expr(a, b):
+    return Binary("and", a, b)
+
+
+def _schedule_stage(s):
+    """Returns the stage with loops annotated. Compute nests: the outermost loop is
+    ``parallel`` (chunks of it may run on different threads). Scatter update nests: when every
+    update of one output row happens in the same iteration of the outermost loop, that loop is
+    ``parallel``; otherwise the nest becomes ``parallel_rows``: each chunk walks all updates in
+    order and applies those whose output row lies in its range, which keeps the serial order
+    of updates to every element (deterministic, and last-wins for reduce="none")."""
+    if not isinstance(s, For):
+        return s
+    if _writes_only_plain_stores(s):
+        body = _innermost_vectorize(s.body) if isinstance(s.body, For) else s.body
+        return replace(s, body=body, kind="parallel")
+    kinds = {type(x) for x in walk_stmt(s)}
+    if ReportIndexError in kinds:
+        return s
+    reduces = [x for x in walk_stmt(s) if isinstance(x, Reduce)]
+    if any(not r.indices for r in reduces):
+        return s
+    rows = {r.indices[0] for r in reduces}
+    shapes = {r.buffer.shape[0] for r in reduces}
+    if len(rows) != 1 or len(shapes) != 1:
+        return s
+    (row,) = rows
+    if row == s.var:
+        return replace(s, kind="parallel")
+    return replace(_guard_rows(s, row), kind="parallel_rows")
+
+
+def schedule_cpu(kernel: Kernel) -> Kernel:
+    """Annotate every stage of the kernel for the CPU (see ``_schedule_stage``); the innermost
+    loop of compute nests is marked ``vectorize``."""
+    stages = tuple(_schedule_stage(s) for s in kernel_stages(kernel))
+    return replace(kernel, body=Seq(stages))
+
+
+def stage_extent(stage) -> int:
+    """The size of a stage's parallel dimension: its loop extent, or the output rows."""
+    if isinstance(stage, For) and stage.kind == "parallel":
+        return stage.extent.value
+    if isinstance(stage, For) and stage.kind == "parallel_rows":
+        return next(x for x in walk_stmt(stage) if isinstance(x, Reduce)).buffer.shape[0]
+    return 1
+
+
+def stage_work(stage) -> int:
+    """How many innermost iterations a stage runs: decides whether threads pay off."""
+    def work(s):
+        if isinstance(s, For):
+            return (s.extent.value if isinstance(s.extent, Const) else 1) * work(s.body)
         if isinstance(s, Seq):
-            return Seq(tuple(mark(x) for x in s.stmts))
-        return s
-
-    return replace(kernel, body=mark(kernel.body))
+            return sum(work(x) for x in s.stmts)
+        if isinstance(s, If):
+            return work(s.then) + (work(s.orelse) if s.orelse is not None else 0)
+        return 1
+    return work(stage)
 
 
 # -- pipelines ----------------------------------------------------------------------------------

@@ -7,11 +7,13 @@ signature, and never recompiles or re-validates the program per call.
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from ..codegen.llvm import LLVMRenderer
+from ..codegen.llvm import LLVMRenderer, stage_plan
 from ..errors import CompileError
 from ..ir.loopnest import LoweredProgram
 from ..ir.printer import program_str
@@ -51,12 +53,38 @@ def optimise(module, tm, opt: int):
 
 
 _ENTRY = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p)
+_STAGE = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p)
+
+#: A stage with fewer innermost iterations than this runs on the calling thread alone:
+#: below it, handing chunks to other threads costs more than it saves.
+PARALLEL_MIN_WORK = 1 << 15
+
+_POOLS: dict = {}
+
+
+def _pool(threads: int) -> ThreadPoolExecutor:
+    """A process-wide pool of ``threads - 1`` workers (the caller runs one chunk itself).
+    ctypes releases the GIL around every foreign call, so chunks run truly in parallel."""
+    with _LOCK:
+        if threads not in _POOLS:
+            _POOLS[threads] = ThreadPoolExecutor(max_workers=threads - 1, thread_name_prefix="cinnlite")
+        return _POOLS[threads]
+
+
+def default_threads() -> int:
+    env = os.environ.get("CINNLITE_NUM_THREADS")
+    if env and env.isdigit() and int(env) > 0:
+        return int(env)
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
 
 
 class CPUExecutable(Executable):
     target = "cpu"
 
-    def __init__(self, program, lowered: LoweredProgram, opt_level: int = 3, pass_dumps=()):
+    def __init__(self, program, lowered: LoweredProgram, opt_level: int = 3, pass_dumps=(), threads=None):
         llvm = _llvm()
         renderer = LLVMRenderer()
         with _LOCK:
@@ -73,8 +101,14 @@ class CPUExecutable(Executable):
             engine = llvm.create_mcjit_compiler(module, tm)
             engine.finalize_object()
             address = engine.get_function_address(renderer.entry)
+            plan = [info for info, _ in stage_plan(lowered)]
+            stages = [(info, _STAGE(engine.get_function_address(info.symbol))) for info in plan]
         self._tm, self._engine, self._module = tm, engine, module
         self._entry = _ENTRY(address)
+        self.threads = default_threads() if threads is None else max(1, int(threads))
+        self._stages = stages
+        self._parallel = self.threads > 1 and any(
+            info.kind != "serial" and info.work >= PARALLEL_MIN_WORK and info.extent > 1 for info in plan)
         sources = {"graph": str(program), "lowered": program_str(lowered), "llvm": text, "llvm_opt": opt_text}
         lazy = {"asm": self._asm}
         for name, dump in pass_dumps:
@@ -93,7 +127,27 @@ class CPUExecutable(Executable):
         buffers = self._allocate(arrays)
         table = self._table_type(*[buffers[n].ctypes.data for n in self._slots])
         err = np.zeros(2, np.int64)
-        status = self._entry(ctypes.addressof(table), err.ctypes.data)
+        if self._parallel:
+            status = self._run_stages(ctypes.addressof(table), err.ctypes.data)
+        else:
+            status = self._entry(ctypes.addressof(table), err.ctypes.data)
         if status != 0:
             self._raise_index_error(int(err[0]), int(err[1]), buffers)
         return self._outputs(buffers)
+
+    def _run_stages(self, table: int, err: int) -> int:
+        """Run stage after stage; split the big parallel ones into one chunk per thread."""
+        pool = _pool(self.threads)
+        for info, fn in self._stages:
+            if info.kind == "serial" or info.work < PARALLEL_MIN_WORK or info.extent < 2:
+                status = fn(table, 0, info.extent, err)
+            else:
+                n = min(self.threads, info.extent)
+                bounds = [info.extent * k // n for k in range(n + 1)]
+                futures = [pool.submit(fn, table, bounds[k], bounds[k + 1], err) for k in range(1, n)]
+                status = fn(table, bounds[0], bounds[1], err)
+                for f in futures:
+                    status = f.result() or status
+            if status != 0:
+                return status
+        return 0

@@ -79,8 +79,7 @@ class Executable:
         chk = self._checks[check_id]
         pos = np.unravel_index(position, chk.shape) if chk.shape else ()
         pos = tuple(int(p) for p in pos)
-        value = int(np.asarray(buffers[chk.buffer]).reshape(-1)[position]) if chk.shape else \
-            int(np.asarray(buffers[chk.buffer]))
+        value = int(np.asarray(buffers[chk.buffer]).reshape(-1)[position])
         size = chk.sizes[0] if chk.tuple_axis is None else chk.sizes[pos[chk.tuple_axis]]
         raise IndexOutOfRangeError(f"{chk.op} '{chk.node}'", chk.input, pos, value, size)
 

@@ -1,0 +1,119 @@
+"""Fusion: inline pure computes (gathers, fills, reshapes, elementwise ops) into their consumers.
+
+A pure kernel computes ``out[v] = f(v)`` for every position ``v``. Where its output is not a
+program output, every ``Load(out, idx)`` in a consumer can be replaced by ``f(idx)``, and the
+kernel and its buffer disappear: the (1 000 000, 64) rows a take produces for a scatter are never
+materialised. The producer's ``mode="raise"`` check stages move in front of each consumer, so
+errors still surface, and still name the producer.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from .loopnest import Binary, Const, For, Kernel, Load, LoweredProgram, ReportIndexError, Seq, Store
+from .transform import map_expr, map_stmt, stmt_exprs, walk_expr, walk_stmt
+
+
+def _stages(kernel):
+    from .passes import kernel_stages
+
+    return kernel_stages(kernel)
+
+
+def compute_definition(kernel: Kernel):
+    """``(check stages, loop vars, extents, store)`` if the kernel is one compute nest (after
+    optional check stages) that stores every position of its output once; else None."""
+    if not kernel.pure:
+        return None
+    stages = _stages(kernel)
+    checks, nest = stages[:-1], stages[-1]
+    if not all(any(isinstance(x, ReportIndexError) for x in walk_stmt(c)) for c in checks):
+        return None
+    vars_, extents, s = [], [], nest
+    while isinstance(s, For):
+        if not isinstance(s.extent, Const):
+            return None
+        vars_.append(s.var)
+        extents.append(s.extent.value)
+        s = s.body
+    if not isinstance(s, Store) or s.buffer.name != kernel.output.name or tuple(s.indices) != tuple(vars_):
+        return None
+    if tuple(extents) != tuple(s.buffer.shape):
+        return None
+    return checks, tuple(vars_), tuple(extents), s
+
+
+def _flat(indices, shape):
+    pos = Const(0)
+    for i, d in zip(indices, shape):
+        pos = Binary("add", Binary("mul", pos, Const(d)), i)
+    return pos
+
+
+def _inline_loads(expr_fn_target: str, define, out_shape):
+    """An expression rewriter replacing loads of ``expr_fn_target`` by the definition."""
+    _, vars_, extents, store = define
+
+    def rewrite(e):
+        if isinstance(e, Load) and e.buffer.name == expr_fn_target:
+            idx = e.indices
+            if len(vars_) == len(idx) and tuple(e.buffer.shape) == extents:
+                mapping = dict(zip(vars_, idx))
+            elif len(vars_) == 1:
+                # The producer's loop runs over the flat buffer (reshape): flatten the access.
+                mapping = {vars_[0]: _flat(idx, e.buffer.shape)}
+            else:
+                raise _CannotInline
+            return map_expr(store.value, lambda x: mapping.get(x, x))
+        return e
+
+    return rewrite
+
+
+class _CannotInline(Exception):
+    pass
+
+
+def _reads(kernel: Kernel, name: str) -> bool:
+    for st in walk_stmt(kernel.body):
+        for e in stmt_exprs(st):
+            if any(isinstance(x, Load) and x.buffer.name == name for x in walk_expr(e)):
+                return True
+    return False
+
+
+def inline_computes(program: LoweredProgram) -> LoweredProgram:
+    """Inline every pure kernel whose output is not a program output into its consumers."""
+    outputs = {b.name for b in program.outputs}
+    kernels = list(program.kernels)
+    changed = True
+    while changed:
+        changed = False
+        for pi, producer in enumerate(kernels):
+            if producer.output.name in outputs:
+                continue
+            define = compute_definition(producer)
+            if define is None:
+                continue
+            consumers = [k for k in kernels[pi + 1:] if _reads(k, producer.output.name)]
+            try:
+                fused = {}
+                for k in consumers:
+                    rewrite = _inline_loads(producer.output.name, define, producer.output.shape)
+                    body = map_stmt(k.body, rewrite)
+                    body = Seq(tuple(define[0]) + _stages(replace(k, body=body)))
+                    params = tuple(b for b in k.params if b.name != producer.output.name)
+                    params += tuple(b for b in producer.params[:-1] if b.name not in {p.name for p in params})
+                    fused[k.name] = replace(k, body=body, params=params,
+                                            checks=tuple(producer.checks) + tuple(k.checks))
+            except _CannotInline:
+                continue
+            kernels = [fused.get(k.name, k) for i, k in enumerate(kernels) if i != pi]
+            changed = True
+            break
+    produced = {k.output.name for k in kernels}
+    intermediates = tuple(b for b in program.intermediates if b.name in produced)
+    return replace(program, kernels=tuple(kernels), intermediates=intermediates)
+
+
+PROGRAM_PIPELINE = (inline_computes,)
