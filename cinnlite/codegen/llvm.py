@@ -21,6 +21,7 @@ from ..ir.loopnest import (Binary, Buffer, Cast, Cmp, Const, For, If, Load, Lowe
                            ReportIndexError, Select, Seq, Store, Var)
 from ..ir.passes import RANGE_BEGIN, RANGE_END, kernel_stages, stage_extent, stage_work
 from ..ir.transform import stmt_exprs, walk_expr, walk_stmt
+from .llvm_support import add_half_support
 
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
 PTR = ir.PointerType()
@@ -217,7 +218,14 @@ class _KernelEmitter:
         if src.is_float and dst.is_float:
             return b.fpext(v, t) if dst.bits > src.bits else b.fptrunc(v, t)
         if src.is_float:
-            return b.fptosi(v, t) if dst.is_signed else b.fptoui(v, t)
+            # Saturating conversion: a plain fptosi of an out-of-range value is poison, and a
+            # poisoned value must never reach an index computation.
+            if src.bits == 16:
+                v = b.fpext(v, ir.FloatType())
+            name = f"llvm.fpto{'s' if dst.is_signed else 'u'}i.sat.i{dst.bits}.{'f32' if v.type == ir.FloatType() else 'f64'}"
+            module = self.fn.module
+            fn = module.globals.get(name) or ir.Function(module, ir.FunctionType(t, [v.type]), name)
+            return b.call(fn, [v])
         if dst.is_float:
             return b.sitofp(v, t) if src.is_signed else b.uitofp(v, t)
         if dst.bits > src.bits:
@@ -307,8 +315,15 @@ class LLVMRenderer:
 
     stage = "llvm"
     entry = "cinnlite_main"
+    #: Takes the numpy array objects themselves (see ``render(objects_entry=...)``).
+    objects_entry = "cinnlite_main_objects"
 
-    def render(self, program: LoweredProgram, triple: str = "", data_layout: str = "") -> str:
+    def render(self, program: LoweredProgram, triple: str = "", data_layout: str = "",
+               array_data_offset: int | None = None) -> str:
+        """The module's text. With ``array_data_offset``, also emit ``cinnlite_main_objects``:
+        it takes one numpy array object per buffer plus the error array, reads each data pointer
+        at that byte offset inside the object (numpy's ``PyArrayObject.data``) and runs main.
+        It saves the per-call cost of asking numpy for pointers from Python."""
         module = ir.Module(name=program.name)
         module.triple = triple
         module.data_layout = data_layout
@@ -322,4 +337,21 @@ class LLVMRenderer:
             with b.if_then(failed, likely=False):
                 b.ret(status)
         b.ret(ir.Constant(I32, 0))
+        if array_data_offset is not None:
+            self._objects_entry(module, main, len(slots), array_data_offset)
+        if any(b.dtype.is_float and b.dtype.bits == 16 for b in program.buffer_table()) or "half" in str(module):
+            add_half_support(module)
         return str(module)
+
+    def _objects_entry(self, module, main, n: int, offset: int):
+        fn = ir.Function(module, ir.FunctionType(I32, [PTR] * (n + 1)), self.objects_entry)
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        table = b.alloca(PTR, size=max(1, n), name="bufs")
+
+        def data(obj):
+            field = b.gep(obj, [ir.Constant(I64, offset)], source_etype=I8)
+            return b.load(field, typ=PTR)
+
+        for k in range(n):
+            b.store(data(fn.args[k]), b.gep(table, [ir.Constant(I64, k)], source_etype=PTR))
+        b.ret(b.call(main, [table, data(fn.args[n])]))

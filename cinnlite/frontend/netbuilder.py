@@ -133,6 +133,41 @@ class NetBuilder:
         return self._add(op, [self._own(op, x, "x"), self._own(op, index, "index"), self._own(op, src, "src")],
                          name, dims=dims, reduce=reduce, index_layout=index_layout, mode=mode)
 
+    # -- elementwise operators (numpy broadcasting) ------------------------------------------------
+
+    def _binary(self, op, a, b, name):
+        return self._add(op, [self._own(op, a, "a"), self._own(op, b, "b")], name)
+
+    def add(self, a, b, name=None) -> Tensor:
+        """``a + b`` (integers wrap around)."""
+        return self._binary("add", a, b, name)
+
+    def subtract(self, a, b, name=None) -> Tensor:
+        """``a - b`` (integers wrap around)."""
+        return self._binary("subtract", a, b, name)
+
+    def multiply(self, a, b, name=None) -> Tensor:
+        """``a * b`` (integers wrap around)."""
+        return self._binary("multiply", a, b, name)
+
+    def divide(self, a, b, name=None) -> Tensor:
+        """``a / b`` for floats (IEEE); for integers numpy's floor division ``a // b``, with
+        ``x // 0 == 0`` as numpy gives (without its warning)."""
+        return self._binary("divide", a, b, name)
+
+    def maximum(self, a, b, name=None) -> Tensor:
+        """Elementwise maximum; a NaN in either operand gives NaN (numpy's ``maximum``)."""
+        return self._binary("maximum", a, b, name)
+
+    def minimum(self, a, b, name=None) -> Tensor:
+        """Elementwise minimum; a NaN in either operand gives NaN (numpy's ``minimum``)."""
+        return self._binary("minimum", a, b, name)
+
+    def cast(self, x, dtype, name=None) -> Tensor:
+        """Convert to ``dtype`` like numpy's ``astype``. Float to integer truncates toward zero
+        and saturates at the integer's range (NaN gives 0); to bool is ``x != 0``."""
+        return self._add("cast", [self._own("cast", x, "x")], name, dtype=dtype)
+
     # -- build ---------------------------------------------------------------------------------
 
     def build(self, outputs=None) -> Program:

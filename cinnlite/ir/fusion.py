@@ -102,8 +102,11 @@ def inline_computes(program: LoweredProgram) -> LoweredProgram:
                     rewrite = _inline_loads(producer.output.name, define, producer.output.shape)
                     body = map_stmt(k.body, rewrite)
                     body = Seq(tuple(define[0]) + _stages(replace(k, body=body)))
-                    params = tuple(b for b in k.params if b.name != producer.output.name)
-                    params += tuple(b for b in producer.params[:-1] if b.name not in {p.name for p in params})
+                    gone = (producer.output.name, k.output.name)
+                    params = [b for b in k.params if b.name not in gone]
+                    params += [b for b in producer.params
+                               if b.name != producer.output.name and b.name not in {p.name for p in params}]
+                    params = tuple(params) + (k.output,)
                     fused[k.name] = replace(k, body=body, params=params,
                                             checks=tuple(producer.checks) + tuple(k.checks))
             except _CannotInline:

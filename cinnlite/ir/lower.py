@@ -71,6 +71,27 @@ class IndexValue:
             raise AssertionError(mode)
 
 
+def divide(a, b):
+    """Floats: IEEE division. Integers: floor division (numpy ``//``) with ``x // 0 == 0`` and
+    ``MIN // -1 == MIN``, written so that no machine division can trap or be undefined."""
+    if a.dtype.is_float:
+        return Binary("div", a, b)
+    t = a.dtype
+    zero, one = const(0, t), const(1, t)
+    if not t.is_signed:
+        safe = Select(Cmp("eq", b, zero), one, b)
+        return Select(Cmp("eq", b, zero), zero, Binary("div", a, safe))
+    minus_one = const(-1, t)
+    safe = Select(Binary("or", Cmp("eq", b, zero), Cmp("eq", b, minus_one)), one, b)
+    q = Binary("div", a, safe)
+    r = Binary("sub", a, Binary("mul", q, safe))
+    # Truncation rounded toward zero; floor differs when the remainder's sign differs from b's.
+    floor_q = Select(Binary("and", Cmp("ne", r, zero), Cmp("ne", Cmp("lt", r, zero), Cmp("lt", b, zero))),
+                     Binary("sub", q, one), q)
+    negated = Binary("sub", zero, a)  # a // -1, wrapping at MIN like numpy
+    return Select(Cmp("eq", b, zero), zero, Select(Cmp("eq", b, minus_one), negated, floor_q))
+
+
 def out_of_range(raw, size: int):
     v = raw if raw.dtype == int64 else Cast(int64, raw)
     return Binary("or", Cmp("lt", v, const(-size)), Cmp("ge", v, const(size)))
@@ -215,6 +236,44 @@ class Lowerer:
         tuple_axis = 0 if layout == "first" else q - 1
         body, checks = self._with_check(node, idx, sizes, compute, tuple_axis=tuple_axis)
         return self._kernel(node, body, checks=checks)
+
+    # -- elementwise -----------------------------------------------------------------------------
+
+    def _elementwise(self, node, make_value):
+        out = buffer_of(node.output)
+        o = _Vars().make(len(out.shape))
+
+        def operand(t):
+            # Broadcasting: align trailing axes; a size-1 axis always reads position 0.
+            buf = buffer_of(t)
+            lead = len(out.shape) - len(buf.shape)
+            idx = tuple(const(0) if d == 1 and out.shape[lead + j] != 1 else o[lead + j]
+                        for j, d in enumerate(buf.shape))
+            return Load(buf, idx)
+
+        value = make_value(*[operand(t) for t in node.inputs])
+        return self._kernel(node, loop_nest(o, out.shape, Store(out, tuple(o), value)))
+
+    def lower_add(self, node):
+        return self._elementwise(node, lambda a, b: Binary("add", a, b))
+
+    def lower_subtract(self, node):
+        return self._elementwise(node, lambda a, b: Binary("sub", a, b))
+
+    def lower_multiply(self, node):
+        return self._elementwise(node, lambda a, b: Binary("mul", a, b))
+
+    def lower_maximum(self, node):
+        return self._elementwise(node, lambda a, b: Binary("max", a, b))
+
+    def lower_minimum(self, node):
+        return self._elementwise(node, lambda a, b: Binary("min", a, b))
+
+    def lower_divide(self, node):
+        return self._elementwise(node, lambda a, b: divide(a, b))
+
+    def lower_cast(self, node):
+        return self._elementwise(node, lambda x: Cast(node.output.dtype, x))
 
     # -- scatters ------------------------------------------------------------------------------
 

@@ -325,7 +325,47 @@ def infer_scatter_nd(inputs, dims=None, reduce="none", index_layout="last", mode
     return attrs, tuple(x.shape), x.dtype
 
 
+ELEMENTWISE_BINARY = ("add", "subtract", "multiply", "divide", "maximum", "minimum")
+
+
+def broadcast_shapes(op, a, b):
+    """numpy broadcasting: align trailing axes; each pair equal or one of them 1."""
+    ra, rb = len(a.shape), len(b.shape)
+    r = max(ra, rb)
+    pa = (1,) * (r - ra) + tuple(a.shape)
+    pb = (1,) * (r - rb) + tuple(b.shape)
+    out = []
+    for j, (da, db) in enumerate(zip(pa, pb)):
+        if da != db and da != 1 and db != 1:
+            raise ValidationError(op, "shapes broadcast (numpy rules)",
+                                  f"shapes {a.shape} and {b.shape} do not broadcast (axis {j - r}: {da} vs {db})",
+                                  input=b.name)
+        out.append(db if da == 1 else da)
+    return tuple(out)
+
+
+def _infer_binary(op):
+    def infer(inputs):
+        a, b = inputs
+        if a.dtype != b.dtype:
+            raise DTypeError(op, "operands have one dtype",
+                             f"operands have dtypes {a.dtype} and {b.dtype}; cast one of them first", input=b.name)
+        if a.dtype.is_bool and op not in ("maximum", "minimum"):
+            raise DTypeError(op, "arithmetic on numbers", f"{op} is not defined on bool; cast to a number first",
+                             input=a.name)
+        return (), broadcast_shapes(op, a, b), a.dtype
+    infer.__name__ = f"infer_{op}"
+    return infer
+
+
+def infer_cast(inputs, dtype):
+    (x,) = inputs
+    return (("dtype", as_dtype(dtype, "cast")),), tuple(x.shape), as_dtype(dtype, "cast")
+
+
 INFER = {
+    **{op: _infer_binary(op) for op in ELEMENTWISE_BINARY},
+    "cast": infer_cast,
     "fill_constant": infer_fill_constant,
     "reshape": infer_reshape,
     "take": infer_take,

@@ -61,6 +61,19 @@ PARALLEL_MIN_WORK = 1 << 15
 
 _POOLS: dict = {}
 
+#: The objects entry passes array objects through ctypes; past this many buffers use the table.
+MAX_OBJECT_ARGS = 64
+
+
+def array_data_offset():
+    """The byte offset of the data pointer inside a numpy array object, checked on live arrays;
+    None where it cannot be confirmed (then the runtime asks numpy for pointers instead)."""
+    offset = 2 * ctypes.sizeof(ctypes.c_void_p)  # after PyObject_HEAD: refcount, type
+    for probe in (np.zeros(3, np.float32), np.empty((2, 5), np.int8), np.zeros(0, np.int64)):
+        if ctypes.c_void_p.from_address(id(probe) + offset).value != probe.ctypes.data:
+            return None
+    return offset
+
 
 def _pool(threads: int) -> ThreadPoolExecutor:
     """A process-wide pool of ``threads - 1`` workers (the caller runs one chunk itself).
@@ -89,7 +102,9 @@ class CPUExecutable(Executable):
         renderer = LLVMRenderer()
         with _LOCK:
             tm = host_target_machine(opt_level)
-            text = renderer.render(lowered, tm.triple, str(tm.target_data))
+            n_slots = len(lowered.buffer_table())
+            offset = array_data_offset() if n_slots <= MAX_OBJECT_ARGS else None
+            text = renderer.render(lowered, tm.triple, str(tm.target_data), array_data_offset=offset)
             try:
                 module = llvm.parse_assembly(text)
                 module.verify()
@@ -105,6 +120,10 @@ class CPUExecutable(Executable):
             stages = [(info, _STAGE(engine.get_function_address(info.symbol))) for info in plan]
         self._tm, self._engine, self._module = tm, engine, module
         self._entry = _ENTRY(address)
+        self._entry_objects = None
+        if offset is not None:
+            proto = ctypes.CFUNCTYPE(ctypes.c_int32, *([ctypes.py_object] * (n_slots + 1)))
+            self._entry_objects = proto(engine.get_function_address(renderer.objects_entry))
         self.threads = default_threads() if threads is None else max(1, int(threads))
         self._stages = stages
         self._parallel = self.threads > 1 and any(
@@ -125,12 +144,15 @@ class CPUExecutable(Executable):
 
     def _run(self, arrays: dict) -> dict:
         buffers = self._allocate(arrays)
-        table = self._table_type(*[buffers[n].ctypes.data for n in self._slots])
         err = np.zeros(2, np.int64)
-        if self._parallel:
-            status = self._run_stages(ctypes.addressof(table), err.ctypes.data)
+        if self._entry_objects is not None and not self._parallel:
+            status = self._entry_objects(*[buffers[n] for n in self._slots], err)
         else:
-            status = self._entry(ctypes.addressof(table), err.ctypes.data)
+            table = self._table_type(*[buffers[n].ctypes.data for n in self._slots])
+            if self._parallel:
+                status = self._run_stages(ctypes.addressof(table), err.ctypes.data)
+            else:
+                status = self._entry(ctypes.addressof(table), err.ctypes.data)
         if status != 0:
             self._raise_index_error(int(err[0]), int(err[1]), buffers)
         return self._outputs(buffers)

@@ -2,15 +2,52 @@
 and the ``exe(**arrays)`` / ``exe.run(dict)`` / ``exe.source(stage)`` interface."""
 from __future__ import annotations
 
+import sys
+import threading
+
 import numpy as np
 
 from ..errors import IndexOutOfRangeError, InputError, InputTypeError
 from ..ir.loopnest import LoweredProgram
 
 
+#: Buffers of at least this many bytes are recycled between calls (see ``BufferPool``).
+POOL_MIN_BYTES = 1 << 20
+POOL_PER_SHAPE = 2
+
+
+class BufferPool:
+    """A caching allocator for big outputs and intermediates.
+
+    Fresh large arrays cost page faults on first touch, often more than the kernel itself. The
+    pool keeps up to ``POOL_PER_SHAPE`` arrays per (shape, dtype) and hands one out again only
+    when nothing but the pool refers to it any more (the caller dropped the result, or it was an
+    intermediate of a finished call), so a returned array is never overwritten behind its owner.
+    """
+
+    def __init__(self):
+        self._arrays: dict = {}
+        self._lock = threading.Lock()
+
+    def empty(self, shape, dtype, nbytes: int):
+        if nbytes < POOL_MIN_BYTES:
+            return np.empty(shape, dtype)
+        key = (shape, dtype)
+        with self._lock:
+            arrays = self._arrays.setdefault(key, [])
+            for arr in arrays:
+                # 3 references: the list, the loop variable and getrefcount's argument.
+                if sys.getrefcount(arr) == 3:
+                    return arr
+            arr = np.empty(shape, dtype)
+            if len(arrays) < POOL_PER_SHAPE:
+                arrays.append(arr)
+            return arr
+
+
 class Executable:
-    """A compiled program. Subclasses implement ``_execute(arrays) -> status, err`` and the
-    stage texts; this class owns the checks every call makes."""
+    """A compiled program. Subclasses implement ``_run(arrays) -> {output name: array}`` and
+    the stage texts; this class owns the checks every call makes."""
 
     target = "?"
 
@@ -24,8 +61,9 @@ class Executable:
         self._table = lowered.buffer_table()
         self._consts = {b.name: c.array for b, c in lowered.constants}
         self._produced = {k.output.name for k in lowered.kernels}
-        self._alloc = [(b.name, tuple(b.shape), b.dtype.np) for b in self._table
+        self._alloc = [(b.name, tuple(b.shape), b.dtype.np, b.size * b.dtype.itemsize) for b in self._table
                        if b.name not in self._input_names and b.name not in self._consts]
+        self._pool = BufferPool()
         self._checks = {c.check_id: c for c in lowered.checks}
 
     # -- stages ----------------------------------------------------------------------------------
@@ -46,6 +84,23 @@ class Executable:
     # -- calling ---------------------------------------------------------------------------------
 
     def _check_inputs(self, kwargs: dict) -> dict:
+        if len(kwargs) == len(self._inputs):
+            # The common case, kept cheap: every name present, right dtype and shape, C-ordered
+            # and aligned. Anything else takes the slow path below, which explains the problem.
+            arrays = {}
+            for name, shape, dtype in self._inputs:
+                arr = kwargs.get(name)
+                if type(arr) is not np.ndarray or arr.dtype != dtype or arr.shape != shape:
+                    break
+                flags = arr.flags
+                if not (flags.c_contiguous and flags.aligned):
+                    break
+                arrays[name] = arr
+            else:
+                return arrays
+        return self._check_inputs_slow(kwargs)
+
+    def _check_inputs_slow(self, kwargs: dict) -> dict:
         missing = [n for n, _, _ in self._inputs if n not in kwargs]
         unknown = [n for n in kwargs if n not in self._input_names]
         if missing or unknown:
@@ -65,14 +120,16 @@ class Executable:
                                      f"(cinnlite does not cast; use .astype(np.{dtype.name}))")
             if arr.shape != shape:
                 raise InputError(f"input '{name}': expected shape {shape}, got {arr.shape}")
-            arrays[name] = np.ascontiguousarray(arr)
+            if not (arr.flags.c_contiguous and arr.flags.aligned):
+                arr = np.array(arr, order="C", copy=True)
+            arrays[name] = arr
         return arrays
 
     def _allocate(self, arrays: dict) -> dict:
         buffers = dict(arrays)
         buffers.update(self._consts)
-        for name, shape, dtype in self._alloc:
-            buffers[name] = np.empty(shape, dtype)
+        for name, shape, dtype, nbytes in self._alloc:
+            buffers[name] = self._pool.empty(shape, dtype, nbytes)
         return buffers
 
     def _raise_index_error(self, check_id: int, position: int, buffers: dict):
