@@ -6,12 +6,14 @@ from .ir.graph import Program
 from .ir.fusion import inline_computes
 from .ir.lower import lower_program
 from .ir.passes import CPU_PIPELINE, run_pipeline
+from .runtime import cache as caches
+from .runtime.cpu import CPUExecutable, host_environment
 
 TARGETS = ("cpu", "cuda", "cuda-emu")
 
 
 def compile(program: Program, target: str = "cpu", opt_level: int = 3, deterministic: bool = False,
-            threads: int | None = None, fuse: bool = True, dump_passes: bool = False):
+            threads: int | None = None, fuse: bool = True, cache: bool = True, dump_passes: bool = False):
     """Compile ``program`` for ``target`` ("cpu", "cuda" or "cuda-emu").
 
     ``opt_level`` 0-3 is LLVM's optimisation level on the CPU. ``deterministic`` asks GPU scatters
@@ -19,6 +21,9 @@ def compile(program: Program, target: str = "cpu", opt_level: int = 3, determini
     ``fuse`` inlines gathers, fills, reshapes and elementwise operators into their consumers.
     ``threads`` caps the CPU threads one call uses (default: the cores this process may use).
     ``dump_passes`` keeps the loop nests after every pass as stages ``lowered:<pass>``.
+    ``cache`` looks the program up in the in-memory and disk compile caches (see
+    ``cinnlite.runtime.cache``; ``CINNLITE_CACHE_DIR`` moves or, set to ``off``, disables the
+    disk cache) and stores what it compiles there.
     """
     if not isinstance(program, Program):
         raise CinnliteError(f"compile() takes a Program from NetBuilder.build(), got {type(program).__name__}")
@@ -26,13 +31,39 @@ def compile(program: Program, target: str = "cpu", opt_level: int = 3, determini
         raise CinnliteError(f"unknown target {target!r}; expected one of {', '.join(TARGETS)}")
     if opt_level not in (0, 1, 2, 3):
         raise CinnliteError(f"opt_level must be 0, 1, 2 or 3, got {opt_level!r}")
-    lowered = lower_program(program)
     if target == "cpu":
-        from .runtime.cpu import CPUExecutable
-
-        if fuse:
-            lowered = inline_computes(lowered)
-        result = run_pipeline(lowered, CPU_PIPELINE, dump=dump_passes)
-        lowered, dumps = result if dump_passes else (result, ())
-        return CPUExecutable(program, lowered, opt_level=opt_level, pass_dumps=dumps, threads=threads)
+        return _compile_cpu(program, opt_level, threads, fuse, cache and not dump_passes, dump_passes)
     raise CinnliteError(f"target {target!r} is not available in this build")
+
+
+def _compile_cpu(program, opt_level, threads, fuse, use_cache, dump_passes):
+    key, disk = None, None
+    if use_cache:
+        options = {"opt_level": opt_level, "fuse": fuse, "pipeline": [p.__name__ for p in CPU_PIPELINE]}
+        key = caches.compile_key(program, "cpu", options, host_environment())
+        exe = caches.MEMORY.get((key, threads))
+        if exe is not None:
+            return exe
+        directory = caches.cache_dir()
+        disk = caches.DiskCache(directory) if directory else None
+        entry = disk.load(key) if disk else None
+        if entry is not None:
+            try:
+                exe = CPUExecutable(program, entry["lowered"], opt_level=opt_level, threads=threads, cached=entry)
+            except Exception:  # an entry that does not rebuild is damaged: compile afresh
+                exe = None
+            if exe is not None:
+                caches.MEMORY.put((key, threads), exe)
+                return exe
+    lowered = lower_program(program)
+    if fuse:
+        lowered = inline_computes(lowered)
+    result = run_pipeline(lowered, CPU_PIPELINE, dump=dump_passes)
+    lowered, dumps = result if dump_passes else (result, ())
+    exe = CPUExecutable(program, lowered, opt_level=opt_level, pass_dumps=dumps, threads=threads)
+    if key is not None:
+        caches.MEMORY.put((key, threads), exe)
+        entry = exe.cache_entry()
+        if disk is not None and entry is not None:
+            disk.store(key, entry)
+    return exe

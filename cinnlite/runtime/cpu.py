@@ -7,7 +7,9 @@ signature, and never recompiles or re-validates the program per call.
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
+import platform
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -31,6 +33,7 @@ def _llvm():
         if not _INITIALISED:
             llvm.initialize_native_target()
             llvm.initialize_native_asmprinter()
+            platform.machine()  # llvmlite asks for it per engine; the first call is slow
             _INITIALISED = True
     return llvm
 
@@ -94,31 +97,95 @@ def default_threads() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+@functools.lru_cache(maxsize=None)
+def _host_environment() -> tuple:
+    return tuple(sorted(host_environment_uncached().items()))
+
+
+def host_environment() -> dict:
+    """What about this machine and these libraries changes the generated code (computed once)."""
+    return dict(_host_environment())
+
+
+def host_environment_uncached() -> dict:
+    """What about this machine and these libraries changes the generated code."""
+    import llvmlite
+
+    from .. import __version__
+
+    llvm = _llvm()
+    return {"cpu": llvm.get_host_cpu_name(), "features": llvm.get_host_cpu_features().flatten(),
+            "triple": llvm.get_process_triple(), "llvmlite": llvmlite.__version__,
+            "llvm": ".".join(map(str, llvm.llvm_version_info)), "cinnlite": __version__,
+            "array_data_offset": array_data_offset(), "compiler_source": compiler_source_digest()}
+
+
+def compiler_source_digest() -> str:
+    """A digest of the compiler's own source, so that a changed compiler never reuses code
+    cached by another build with the same version number."""
+    import hashlib
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    h = hashlib.sha256()
+    for folder, dirs, files in sorted(os.walk(root)):
+        dirs.sort()
+        for name in sorted(files):
+            if name.endswith((".py", ".j2", ".h")):
+                path = os.path.join(folder, name)
+                h.update(os.path.relpath(path, root).encode())
+                with open(path, "rb") as f:
+                    h.update(f.read())
+    return h.hexdigest()
+
+
+_llvm()  # the CPU is the default target: pay LLVM's start-up at import, not at first compile
+
+
 class CPUExecutable(Executable):
+    """A program JIT-compiled for this CPU. Built from a lowered program, or from a disk cache
+    entry (``cached``: the lowered program, the stage texts and the machine code)."""
+
     target = "cpu"
 
-    def __init__(self, program, lowered: LoweredProgram, opt_level: int = 3, pass_dumps=(), threads=None):
+    def __init__(self, program, lowered: LoweredProgram, opt_level: int = 3, pass_dumps=(), threads=None,
+                 cached: dict | None = None):
         llvm = _llvm()
         renderer = LLVMRenderer()
+        n_slots = len(lowered.buffer_table())
         with _LOCK:
             tm = host_target_machine(opt_level)
-            n_slots = len(lowered.buffer_table())
-            offset = array_data_offset() if n_slots <= MAX_OBJECT_ARGS else None
-            text = renderer.render(lowered, tm.triple, str(tm.target_data), array_data_offset=offset)
-            try:
-                module = llvm.parse_assembly(text)
+            if cached is not None:
+                text, opt_text, offset = cached["llvm"], cached["llvm_opt"], cached["array_data_offset"]
+                module = llvm.parse_assembly(opt_text)
+                objects = {"obj": cached["object"]}
+            else:
+                offset = array_data_offset() if n_slots <= MAX_OBJECT_ARGS else None
+                text = renderer.render(lowered, tm.triple, str(tm.target_data), array_data_offset=offset)
+                try:
+                    module = llvm.parse_assembly(text)
+                    module.verify()
+                except RuntimeError as exc:
+                    raise CompileError(f"LLVM rejected the generated module: {exc}") from exc
+                optimise(module, tm, opt_level)
                 module.verify()
-            except RuntimeError as exc:
-                raise CompileError(f"LLVM rejected the generated module: {exc}") from exc
-            optimise(module, tm, opt_level)
-            module.verify()
-            opt_text = str(module)
+                opt_text = str(module)
+                objects = {}
             engine = llvm.create_mcjit_compiler(module, tm)
+
+            def notify(_module, buffer):
+                objects["obj"] = bytes(buffer)
+
+            def getbuffer(_module):
+                return objects.get("obj")
+
+            engine.set_object_cache(notify, getbuffer)
             engine.finalize_object()
             address = engine.get_function_address(renderer.entry)
             plan = [info for info, _ in stage_plan(lowered)]
             stages = [(info, _STAGE(engine.get_function_address(info.symbol))) for info in plan]
         self._tm, self._engine, self._module = tm, engine, module
+        self._object_code = objects.get("obj")
+        self._offset = offset
         self._entry = _ENTRY(address)
         self._entry_objects = None
         if offset is not None:
@@ -128,13 +195,24 @@ class CPUExecutable(Executable):
         self._stages = stages
         self._parallel = self.threads > 1 and any(
             info.kind != "serial" and info.work >= PARALLEL_MIN_WORK and info.extent > 1 for info in plan)
-        sources = {"graph": str(program), "lowered": program_str(lowered), "llvm": text, "llvm_opt": opt_text}
+        if cached is not None:
+            sources = {"graph": str(program), "lowered": cached["lowered_text"], "llvm": text, "llvm_opt": opt_text}
+        else:
+            sources = {"graph": str(program), "lowered": program_str(lowered), "llvm": text, "llvm_opt": opt_text}
         lazy = {"asm": self._asm}
         for name, dump in pass_dumps:
             sources.setdefault(f"lowered:{name}", dump)
         super().__init__(program, lowered, sources, lazy)
         self._slots = [b.name for b in self._table]
         self._table_type = ctypes.c_void_p * max(1, len(self._slots))
+
+    def cache_entry(self) -> dict | None:
+        """What a disk cache stores to rebuild this executable without compiling."""
+        if self._object_code is None:
+            return None
+        return {"lowered": self.lowered, "lowered_text": self._sources["lowered"], "llvm": self._sources["llvm"],
+                "llvm_opt": self._sources["llvm_opt"], "object": self._object_code,
+                "array_data_offset": self._offset}
 
     def _asm(self) -> str:
         llvm = _llvm()
