@@ -66,7 +66,8 @@ class StageInfo:
 
     symbol: str
     kernel: str
-    kind: str      # "serial", "parallel" (split the outer loop) or "parallel_rows"
+    kind: str      # "serial", "parallel" (split the outer loop), "parallel_check" (the same, for a
+                   # mode="raise" check nest) or "parallel_rows" (split by output row)
     extent: int    # size of the dimension [begin, end) ranges over
     work: int      # innermost iterations of the whole stage
 
@@ -282,7 +283,7 @@ class _KernelEmitter:
         self.vars[s.var] = slot
         extent = self.expr(s.extent)
         start = ir.Constant(I64, 0)
-        if s.kind == "parallel":
+        if s.kind in ("parallel", "parallel_check"):
             # This call runs the chunk [begin, min(end, extent)) of the loop.
             start = self.expr(RANGE_BEGIN)
             end = self.expr(RANGE_END)

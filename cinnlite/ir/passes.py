@@ -245,7 +245,12 @@ def _schedule_stage(s):
         return replace(s, body=body, kind="parallel")
     kinds = {type(x) for x in walk_stmt(s)}
     if ReportIndexError in kinds:
-        return s
+        if Reduce in kinds or Store in kinds:
+            return s
+        # A check nest: chunks of its outer loop run on different threads, each reporting the
+        # first bad position of its own chunk; the runtime keeps the first chunk that failed,
+        # which is the first bad position overall (chunks follow row-major order).
+        return replace(s, kind="parallel_check")
     reduces = [x for x in walk_stmt(s) if isinstance(x, Reduce)]
     if any(not r.indices for r in reduces):
         return s
@@ -268,7 +273,7 @@ def schedule_cpu(kernel: Kernel) -> Kernel:
 
 def stage_extent(stage) -> int:
     """The size of a stage's parallel dimension: its loop extent, or the output rows."""
-    if isinstance(stage, For) and stage.kind == "parallel":
+    if isinstance(stage, For) and stage.kind in ("parallel", "parallel_check"):
         return stage.extent.value
     if isinstance(stage, For) and stage.kind == "parallel_rows":
         return next(x for x in walk_stmt(stage) if isinstance(x, Reduce)).buffer.shape[0]

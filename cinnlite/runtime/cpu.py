@@ -244,10 +244,18 @@ class CPUExecutable(Executable):
             else:
                 n = min(self.threads, info.extent)
                 bounds = [info.extent * k // n for k in range(n + 1)]
-                futures = [pool.submit(fn, table, bounds[k], bounds[k + 1], err) for k in range(1, n)]
-                status = fn(table, bounds[0], bounds[1], err)
-                for f in futures:
-                    status = f.result() or status
+                # Every chunk reports into its own slots; the first chunk that failed holds the
+                # first bad position in row-major order.
+                errs = np.zeros((n, 2), np.int64)
+                base = errs.ctypes.data
+                futures = [pool.submit(fn, table, bounds[k], bounds[k + 1], base + 16 * k) for k in range(1, n)]
+                statuses = [fn(table, bounds[0], bounds[1], base)] + [f.result() for f in futures]
+                status = 0
+                for k, st in enumerate(statuses):
+                    if st != 0:
+                        ctypes.memmove(err, base + 16 * k, 16)
+                        status = st
+                        break
             if status != 0:
                 return status
         return 0
