@@ -57,7 +57,7 @@ def _compile_cpu(program, opt_level, threads, fuse, use_cache, dump_passes):
                 return exe
     lowered = lower_program(program)
     if fuse:
-        lowered = inline_computes(lowered)
+        lowered = inline_computes(lowered, keep_index_buffers=False)  # the CPU reports bad values
     result = run_pipeline(lowered, CPU_PIPELINE, dump=dump_passes)
     lowered, dumps = result if dump_passes else (result, ())
     exe = CPUExecutable(program, lowered, opt_level=opt_level, pass_dumps=dumps, threads=threads)

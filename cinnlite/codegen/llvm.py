@@ -6,8 +6,8 @@ Every stage of every kernel (see ``passes.kernel_stages``) becomes an exported f
 each buffer as its own ``noalias`` pointer, which lets LLVM hoist index arithmetic and
 vectorise. ``cinnlite_main(ptr bufs, ptr err) -> i32`` runs every stage whole, in order.
 ``bufs`` is the table of buffer pointers in ``LoweredProgram.buffer_table()`` order; ``err``
-holds two int64 slots that a failed ``mode="raise"`` check fills with (check id, flat position)
-before the function returns 1.
+holds three int64 slots that a failed ``mode="raise"`` check fills with (check id, flat
+position, index value) before the function returns 1.
 """
 from __future__ import annotations
 
@@ -269,6 +269,8 @@ class _KernelEmitter:
             err = self.err
             b.store(ir.Constant(I64, s.check_id), err)
             b.store(pos, b.gep(err, [ir.Constant(I64, 1)], source_etype=I64))
+            if s.value is not None:
+                b.store(self.expr(s.value), b.gep(err, [ir.Constant(I64, 2)], source_etype=I64))
             b.ret(ir.Constant(I32, 1))
             # Anything emitted after the return lands in a fresh, unreachable block.
             b.position_at_end(self.fn.append_basic_block("after_error"))

@@ -82,9 +82,14 @@ def _reads(kernel: Kernel, name: str) -> bool:
     return False
 
 
-def inline_computes(program: LoweredProgram) -> LoweredProgram:
-    """Inline every pure kernel whose output is not a program output into its consumers."""
+def inline_computes(program: LoweredProgram, keep_index_buffers: bool = True) -> LoweredProgram:
+    """Inline every pure kernel whose output is not a program output into its consumers.
+
+    With ``keep_index_buffers`` (for backends whose errors read the bad value back from the
+    index buffer), index tensors that a ``mode="raise"`` check reads stay materialised."""
     outputs = {b.name for b in program.outputs}
+    if keep_index_buffers:
+        outputs |= {c.buffer for c in program.checks}
     kernels = list(program.kernels)
     changed = True
     while changed:

@@ -235,10 +235,12 @@ class Seq(Stmt):
 @dataclass(frozen=True)
 class ReportIndexError(Stmt):
     """A ``mode="raise"`` check failed at flat ``position`` of the index tensor of check
-    ``check_id``. The CPU stops the kernel; the GPU keeps the smallest position."""
+    ``check_id`` with index ``value``. The CPU stops the kernel; the GPU keeps the smallest
+    position."""
 
     check_id: int
     position: Expr
+    value: Expr | None = None  # the bad index value (int64), where the backend reports it
 
 
 # -- kernels and programs -----------------------------------------------------------------------

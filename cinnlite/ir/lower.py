@@ -7,7 +7,7 @@ out-of-range position; the compute itself clamps, so no index can ever leave a b
 """
 from __future__ import annotations
 
-from ..dtypes import bool_, int64
+from ..dtypes import bool_, float64, int64
 from .graph import Program
 from .loopnest import (Binary, Buffer, Cast, Cmp, Const, For, If, IndexCheck, Kernel, Load,
                        LoweredProgram, Reduce, ReportIndexError, Select, Seq, Store, Var, const,
@@ -124,7 +124,8 @@ class Lowerer:
                 s = Select(Cmp("eq", comp, const(k)), const(sizes[k]), s)
             v = raw if raw.dtype == int64 else Cast(int64, raw)
             bad = Binary("or", Cmp("lt", v, Binary("sub", const(0), s)), Cmp("ge", v, s))
-        body = If(bad, ReportIndexError(cid, flat_position(vs, index_buf.shape)))
+        value = raw if raw.dtype == int64 else Cast(int64, raw)
+        body = If(bad, ReportIndexError(cid, flat_position(vs, index_buf.shape), value))
         return cid, loop_nest(vs, index_buf.shape, body)
 
     # -- per operator ------------------------------------------------------------------------
@@ -307,8 +308,13 @@ class Lowerer:
         if reduce == "mean":
             f = vars_.make(len(out.shape))
             n = Load(count, tuple(f))
-            total = Cast(out.dtype, Binary("add", n, const(1)))
-            mean = Binary("div", Load(out, tuple(f)), total)
+            # Divide in a type wide enough for the count (which may not fit the data dtype): int64
+            # for integers (the quotient is no larger than the sum, so it fits back), float64 for
+            # floats (a correctly rounded quotient, rounded once more to the data dtype).
+            wide = float64 if out.dtype.is_float else int64
+            total = Binary("add", n, const(1))
+            total = Cast(wide, total) if wide != int64 else total
+            mean = Cast(out.dtype, Binary("div", Cast(wide, Load(out, tuple(f))), total))
             stmts.append(loop_nest(f, out.shape, If(Cmp("gt", n, const(0)), Store(out, tuple(f), mean))))
         body = Seq(tuple(stmts))
         checks = ()

@@ -222,8 +222,6 @@ def _guard_rows(nest: For, row):
             return replace(s, body=visit(s.body, inner))
         raise AssertionError("row depends on variables outside the update nest")
 
-    if not deps:
-        return If(guard, nest)
     return visit(nest, frozenset())
 
 
@@ -261,6 +259,8 @@ def _schedule_stage(s):
     (row,) = rows
     if row == s.var:
         return replace(s, kind="parallel")
+    if not _vars_of(row):
+        return s  # every update hits one row: nothing to split
     return replace(_guard_rows(s, row), kind="parallel_rows")
 
 

@@ -52,7 +52,8 @@ def stmt_lines(s, indent: int = 1) -> list:
     if isinstance(s, Seq):
         return [line for st in s.stmts for line in stmt_lines(st, indent)]
     if isinstance(s, ReportIndexError):
-        return [f"{pad}report_index_error(check={s.check_id}, position={expr_str(s.position)})"]
+        value = f", value={expr_str(s.value)}" if s.value is not None else ""
+        return [f"{pad}report_index_error(check={s.check_id}, position={expr_str(s.position)}{value})"]
     raise TypeError(f"not a statement: {s!r}")
 
 

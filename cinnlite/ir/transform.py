@@ -50,7 +50,7 @@ def map_stmt(s, expr_fn=None, stmt_fn=None):
             return None
         return sf(Seq(stmts)) if len(stmts) > 1 else stmts[0]
     if isinstance(s, ReportIndexError):
-        return sf(ReportIndexError(s.check_id, ex(s.position)))
+        return sf(ReportIndexError(s.check_id, ex(s.position), ex(s.value) if s.value is not None else None))
     raise TypeError(f"not a statement: {s!r}")
 
 
@@ -94,5 +94,5 @@ def stmt_exprs(s):
     if isinstance(s, If):
         return [s.cond]
     if isinstance(s, ReportIndexError):
-        return [s.position]
+        return [s.position] + ([s.value] if s.value is not None else [])
     return []

@@ -222,7 +222,7 @@ class CPUExecutable(Executable):
 
     def _run(self, arrays: dict) -> dict:
         buffers = self._allocate(arrays)
-        err = np.zeros(2, np.int64)
+        err = np.zeros(3, np.int64)
         if self._entry_objects is not None and not self._parallel:
             status = self._entry_objects(*[buffers[n] for n in self._slots], err)
         else:
@@ -232,7 +232,7 @@ class CPUExecutable(Executable):
             else:
                 status = self._entry(ctypes.addressof(table), err.ctypes.data)
         if status != 0:
-            self._raise_index_error(int(err[0]), int(err[1]), buffers)
+            self._raise_index_error(int(err[0]), int(err[1]), buffers, value=int(err[2]))
         return self._outputs(buffers)
 
     def _run_stages(self, table: int, err: int) -> int:
@@ -246,14 +246,14 @@ class CPUExecutable(Executable):
                 bounds = [info.extent * k // n for k in range(n + 1)]
                 # Every chunk reports into its own slots; the first chunk that failed holds the
                 # first bad position in row-major order.
-                errs = np.zeros((n, 2), np.int64)
+                errs = np.zeros((n, 3), np.int64)
                 base = errs.ctypes.data
-                futures = [pool.submit(fn, table, bounds[k], bounds[k + 1], base + 16 * k) for k in range(1, n)]
+                futures = [pool.submit(fn, table, bounds[k], bounds[k + 1], base + 24 * k) for k in range(1, n)]
                 statuses = [fn(table, bounds[0], bounds[1], base)] + [f.result() for f in futures]
                 status = 0
                 for k, st in enumerate(statuses):
                     if st != 0:
-                        ctypes.memmove(err, base + 16 * k, 16)
+                        ctypes.memmove(err, base + 24 * k, 24)
                         status = st
                         break
             if status != 0:

@@ -115,6 +115,8 @@ class Executable:
         for name, shape, dtype in self._inputs:
             value = kwargs[name]
             arr = value if isinstance(value, np.ndarray) else np.asarray(value)
+            if arr.dtype != dtype and arr.dtype.newbyteorder("=") == dtype:
+                arr = arr.astype(dtype)  # the same values in the other byte order: a layout change
             if arr.dtype != dtype:
                 raise InputTypeError(f"input '{name}': expected dtype {dtype.name}, got {arr.dtype.name} "
                                      f"(cinnlite does not cast; use .astype(np.{dtype.name}))")
@@ -132,11 +134,14 @@ class Executable:
             buffers[name] = self._pool.empty(shape, dtype, nbytes)
         return buffers
 
-    def _raise_index_error(self, check_id: int, position: int, buffers: dict):
+    def _raise_index_error(self, check_id: int, position: int, buffers: dict, value: int | None = None):
+        """Raise the IndexError of a failed check. ``value`` is the bad index where the kernel
+        reported it; otherwise it is read from the index buffer, which must then exist."""
         chk = self._checks[check_id]
         pos = np.unravel_index(position, chk.shape) if chk.shape else ()
         pos = tuple(int(p) for p in pos)
-        value = int(np.asarray(buffers[chk.buffer]).reshape(-1)[position])
+        if value is None:
+            value = int(np.asarray(buffers[chk.buffer]).reshape(-1)[position])
         size = chk.sizes[0] if chk.tuple_axis is None else chk.sizes[pos[chk.tuple_axis]]
         raise IndexOutOfRangeError(f"{chk.op} '{chk.node}'", chk.input, pos, value, size)
 
