@@ -1,20 +1,243 @@
-"""The ``cinnlite`` command line."""
+"""The ``cinnlite`` command line.
+
+- ``cinnlite demo``: compile, run and check a graph of every operator; print its code.
+- ``cinnlite run MODEL.onnx --input NAME=FILE.npy ... [--target T] [--output-dir DIR]``: import an
+  ONNX model, compile it, run it on the given arrays, print (and save) the outputs.
+- ``cinnlite emit MODEL.onnx --stage STAGE [--target T]``: print one compilation stage, or the
+  graph as Graphviz text with ``--stage dot``.
+
+A mistake on the user's side (a missing file, a bad model, a wrong input) is reported as one
+line on stderr with a non-zero exit status, never as a traceback.
+"""
 from __future__ import annotations
 
 import argparse
+import os
+import re
 import sys
+
+TARGETS = ("cpu", "cuda", "cuda-emu")
+CPU_STAGES = ("graph", "lowered", "llvm", "llvm_opt", "asm")
+CUDA_STAGES = ("graph", "lowered", "cuda", "ptx")
+STAGES = ("dot",) + tuple(dict.fromkeys(CPU_STAGES + CUDA_STAGES))
+
+EXIT_ERROR = 1   # the command could not do what was asked
+EXIT_USAGE = 2   # the command line itself is wrong (argparse's convention)
+
+
+class UsageError(Exception):
+    """A command line that cannot be carried out; reported as one line."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line error reports."""
+
+    def error(self, message):
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="cinnlite", description="cinnlite: a compiler for gather/scatter operators")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{demo,run,emit}", parser_class=_Parser)
+    sub.add_parser("demo", help="compile, run and check a graph of every operator; print its code",
+                   description="Build a graph that uses every operator, compile it for the CPU, run it, "
+                               "check it against numpy, and print the graph, the loop nests and the LLVM IR "
+                               "of one kernel.")
+
+    run = sub.add_parser(
+        "run", help="run an ONNX model on arrays from .npy files",
+        description="Import an ONNX model, compile it for a target, run it on the given input arrays and "
+                    "print the outputs (and save them as .npy files with --output-dir). Inputs whose "
+                    "shape the model leaves symbolic take the shape of their file.")
+    run.add_argument("model", metavar="MODEL.onnx", help="the ONNX model")
+    run.add_argument("--input", "-i", action="append", default=[], metavar="NAME=FILE",
+                     help="a graph input and the .npy file (or ONNX TensorProto .pb file) holding its value; "
+                          "repeat for each input")
+    run.add_argument("--target", "-t", choices=TARGETS, default="cpu", help="compile target (default: cpu)")
+    run.add_argument("--output-dir", "-o", metavar="DIR", help="save each output as DIR/<output name>.npy")
+
+    emit = sub.add_parser(
+        "emit", help="print a compilation stage of an ONNX model",
+        description="Import an ONNX model, compile it and print one stage of the compilation: "
+                    f"{', '.join(CPU_STAGES)} on the cpu target; {', '.join(CUDA_STAGES)} on the cuda "
+                    "targets; dot prints the graph as Graphviz text (view it with `dot -Tsvg`).")
+    emit.add_argument("model", metavar="MODEL.onnx", help="the ONNX model")
+    emit.add_argument("--stage", "-s", default="graph", metavar="STAGE",
+                      help=f"one of {', '.join(STAGES)} (default: graph)")
+    emit.add_argument("--target", "-t", choices=TARGETS, default=None,
+                      help="compile target (default: cuda for the cuda and ptx stages, cpu otherwise)")
+    emit.add_argument("--shape", action="append", default=[], metavar="NAME=D0,D1,...",
+                      help="a static shape for a graph input the model leaves symbolic; repeat as needed")
+    return parser
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="cinnlite", description="cinnlite: a compiler for gather/scatter operators")
-    sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("demo", help="compile, run and check a graph of every operator; print its code")
-    args = parser.parse_args(argv)
+    args = build_parser().parse_args(argv)
     if args.command == "demo":
         from .demo import main as demo_main
 
         return demo_main()
-    return 2
+    command = {"run": cmd_run, "emit": cmd_emit}[args.command]
+    from .errors import CinnliteError
+
+    try:
+        return command(args)
+    except (UsageError, CinnliteError) as exc:
+        return _fail(args.command, exc)
+    except KeyboardInterrupt:
+        return 130
+
+
+def _fail(command: str, exc: BaseException) -> int:
+    message = " ".join(str(exc).split())   # one line, whatever the exception's text holds
+    print(f"cinnlite {command}: error: {message}", file=sys.stderr)
+    return EXIT_ERROR
+
+
+# -- run ----------------------------------------------------------------------------------------
+
+
+def cmd_run(args) -> int:
+    import numpy as np
+
+    import cinnlite as cl
+    from .frontend.onnx import graph_inputs, import_onnx, load_model
+
+    model = load_model(args.model)
+    declared = graph_inputs(model)
+    arrays = {}
+    for spec in args.input:
+        name, path = _split_assignment(spec, [d.name for d in declared], "--input", "NAME=FILE")
+        if name in arrays:
+            raise UsageError(f"--input {name} is given twice")
+        arrays[name] = _load_array(name, path)
+    known = {d.name for d in declared}
+    unknown = [n for n in arrays if n not in known]
+    if unknown:
+        raise UsageError(f"the model has no input {unknown[0]!r}; its inputs: {_describe(declared)}")
+    missing = [d.name for d in declared if d.name not in arrays]
+    if missing:
+        raise UsageError(f"no --input for {', '.join(repr(n) for n in missing)}; the model's inputs: "
+                         f"{_describe(declared)}")
+    # Symbolic dimensions take their size from the arrays; static ones are checked at run time.
+    shapes = {d.name: arrays[d.name].shape for d in declared if not d.static}
+    imported = import_onnx(model, shapes=shapes)
+    exe = cl.compile(imported.program, target=args.target)
+    results = imported.named_outputs(exe.run(imported.feeds(arrays)))
+
+    if args.output_dir:
+        try:
+            os.makedirs(args.output_dir, exist_ok=True)
+        except OSError as exc:
+            raise UsageError(f"cannot create output directory {args.output_dir!r}: {exc.strerror}") from None
+    files = _output_files(list(results))
+    with np.printoptions(threshold=200, edgeitems=4):
+        for name, value in results.items():
+            print(f"{name}: {value.dtype.name}{list(value.shape)}")
+            print(np.array2string(value, separator=", "))
+            if args.output_dir:
+                path = os.path.join(args.output_dir, files[name])
+                try:
+                    np.save(path, value, allow_pickle=False)
+                except OSError as exc:
+                    raise UsageError(f"cannot write {path!r}: {exc.strerror}") from None
+                print(f"-> {path}")
+    return 0
+
+
+def _split_assignment(spec: str, names, option: str, form: str):
+    # Prefer a split that names a known input, so that names holding '=' still work.
+    for name in sorted(names, key=len, reverse=True):
+        if spec.startswith(name + "=") and len(spec) > len(name) + 1:
+            return name, spec[len(name) + 1:]
+    name, eq, value = spec.partition("=")
+    if not eq or not name or not value:
+        raise UsageError(f"{option} {spec!r} is not of the form {form}")
+    return name, value
+
+
+def _load_array(name: str, path: str):
+    import numpy as np
+
+    if not os.path.isfile(path):
+        reason = "it is a directory" if os.path.isdir(path) else "no such file"
+        raise UsageError(f"input {name!r}: cannot read {path!r}: {reason}")
+    if path.endswith(".pb"):
+        from .frontend.onnx import load_tensor
+
+        return load_tensor(path, what=f"input {name!r}")
+    try:
+        with open(path, "rb") as f:
+            magic = f.read(6)
+    except OSError as exc:
+        raise UsageError(f"input {name!r}: cannot read {path!r}: {exc.strerror}") from None
+    if magic.startswith(b"PK"):
+        raise UsageError(f"input {name!r}: {path!r} is an .npz archive; give one .npy file per input")
+    if magic != b"\x93NUMPY":
+        raise UsageError(f"input {name!r}: {path!r} is not a .npy file (save arrays with numpy.save)")
+    try:
+        return np.load(path, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as exc:
+        reason = "it holds Python objects" if "pickle" in str(exc) else " ".join(str(exc).split())
+        raise UsageError(f"input {name!r}: cannot load {path!r} ({reason})") from None
+
+
+def _describe(declared) -> str:
+    return ", ".join(f"{d.name}: {d.dtype}{_fmt_dims(d.shape)}" for d in declared) or "none"
+
+
+def _fmt_dims(shape) -> str:
+    if shape is None:
+        return "[?]"
+    return "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
+
+
+def _output_files(names) -> dict:
+    """A distinct, safe file name for every output name."""
+    files, taken = {}, set()
+    for name in names:
+        base = re.sub(r"[^A-Za-z0-9_.\-]", "_", name).strip(".") or "output"
+        stem, k = base, 1
+        while stem.lower() in taken:
+            stem, k = f"{base}_{k}", k + 1
+        taken.add(stem.lower())
+        files[name] = stem + ".npy"
+    return files
+
+
+# -- emit ---------------------------------------------------------------------------------------
+
+
+def cmd_emit(args) -> int:
+    import cinnlite as cl
+    from .frontend.onnx import graph_inputs, import_onnx, load_model
+
+    stage = args.stage
+    if stage not in STAGES and not stage.startswith("lowered:"):
+        raise UsageError(f"unknown stage {stage!r}; stages: {', '.join(STAGES)}")
+    target = args.target or ("cuda" if stage in ("cuda", "ptx") else "cpu")
+    if stage in CPU_STAGES + CUDA_STAGES:
+        offered = CPU_STAGES if target == "cpu" else CUDA_STAGES
+        if stage not in offered:
+            raise UsageError(f"target {target!r} has no stage {stage!r}; its stages: {', '.join(offered)}, dot")
+    model = load_model(args.model)
+    declared = {d.name for d in graph_inputs(model)}
+    shapes = {}
+    for spec in args.shape:
+        name, dims = _split_assignment(spec, declared, "--shape", "NAME=D0,D1,...")
+        try:
+            shapes[name] = tuple(int(d) for d in dims.split(",") if d.strip() != "") if dims.strip() != "()" else ()
+        except ValueError:
+            raise UsageError(f"--shape {spec!r}: {dims!r} is not a list of integers such as 2,3") from None
+    imported = import_onnx(model, shapes=shapes)
+    if stage == "dot":
+        print(imported.program.to_dot())
+        return 0
+    exe = cl.compile(imported.program, target=target, dump_passes=stage.startswith("lowered:"))
+    if stage not in exe.stages:
+        raise UsageError(f"target {target!r} produced no stage {stage!r}; its stages: {', '.join(exe.stages)}")
+    print(exe.source(stage))
+    return 0
 
 
 if __name__ == "__main__":

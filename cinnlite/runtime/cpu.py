@@ -19,7 +19,7 @@ from ..codegen.llvm import LLVMRenderer, stage_plan
 from ..errors import CompileError
 from ..ir.loopnest import LoweredProgram
 from ..ir.printer import program_str
-from .executable import Executable
+from .executable import POOL_MIN_BYTES, Executable
 
 _LOCK = threading.RLock()
 _INITIALISED = False
@@ -63,6 +63,7 @@ _STAGE = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_int64, ctype
 PARALLEL_MIN_WORK = 1 << 15
 
 _POOLS: dict = {}
+_ERR = threading.local()
 
 #: The objects entry passes array objects through ctypes; past this many buffers use the table.
 MAX_OBJECT_ARGS = 64
@@ -205,6 +206,7 @@ class CPUExecutable(Executable):
         super().__init__(program, lowered, sources, lazy)
         self._slots = [b.name for b in self._table]
         self._table_type = ctypes.c_void_p * max(1, len(self._slots))
+        self._prepare_fast_call()
 
     def cache_entry(self) -> dict | None:
         """What a disk cache stores to rebuild this executable without compiling."""
@@ -219,6 +221,55 @@ class CPUExecutable(Executable):
         with _LOCK:
             mod = llvm.parse_assembly(self._sources["llvm_opt"])
             return self._tm.emit_assembly(mod)
+
+    def _prepare_fast_call(self):
+        """Precompute, per buffer slot, where its array comes from, for ``__call__``'s fast
+        path: an input (by position), a constant, or an allocation."""
+        inputs = {name: k for k, (name, _, _) in enumerate(self._inputs)}
+        allocs = {name: (shape, dtype, nbytes) for name, shape, dtype, nbytes in self._alloc}
+        plan = []
+        for name in self._slots:
+            if name in inputs:
+                plan.append((0, inputs[name]))
+            elif name in self._consts:
+                plan.append((1, self._consts[name]))
+            else:
+                plan.append((2, allocs[name]))
+        produced = [b.name in self._produced for b in self.lowered.outputs]
+        self._out_slots = [self._slots.index(b.name) for b in self.lowered.outputs]
+        self._fast = (self._entry_objects is not None and not self._parallel and all(produced)
+                      and len(self._out_slots) == 1)
+        self._plan = plan
+
+    def __call__(self, **inputs):
+        """Run on keyword arrays; returns the output array, or a tuple in output order."""
+        if self._fast and len(inputs) == len(self._inputs):
+            # The per-call path for small programs, kept to a minimum of Python: every
+            # argument is checked exactly as in the general path, which handles anything unusual.
+            ordered = []
+            for name, shape, dtype in self._inputs:
+                arr = inputs.get(name)
+                if type(arr) is not np.ndarray or arr.dtype != dtype or arr.shape != shape:
+                    break
+                flags = arr.flags
+                if not (flags.c_contiguous and flags.aligned):
+                    break
+                ordered.append(arr)
+            else:
+                pool = self._pool
+                args = [ordered[src] if kind == 0 else src if kind == 1 else
+                        np.empty(src[0], src[1]) if src[2] < POOL_MIN_BYTES else pool.empty(*src)
+                        for kind, src in self._plan]
+                # A per-thread error record: only read after a failed check has filled it.
+                err = getattr(_ERR, "array", None)
+                if err is None:
+                    err = _ERR.array = np.zeros(3, np.int64)
+                args.append(err)
+                if self._entry_objects(*args) != 0:
+                    buffers = dict(zip(self._slots, args))
+                    self._raise_index_error(int(err[0]), int(err[1]), buffers, value=int(err[2]))
+                return args[self._out_slots[0]]
+        return super().__call__(**inputs)
 
     def _run(self, arrays: dict) -> dict:
         buffers = self._allocate(arrays)

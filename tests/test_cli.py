@@ -1,0 +1,240 @@
+"""The ``cinnlite`` command line, run as a separate process the way a user runs it."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper  # noqa: E402
+
+
+def cinnlite(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "cinnlite", *map(str, args)], capture_output=True, text=True,
+                          cwd=cwd, timeout=300)
+
+
+def assert_one_line_error(proc, *fragments, status=1):
+    assert proc.returncode == status, (proc.returncode, proc.stdout, proc.stderr)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+
+@pytest.fixture(scope="module")
+def model_path(tmp_path_factory):
+    """y = Gather(x, i, axis=0); z = ScatterElements(x, j, u, axis=1, reduction=add); x has a
+    symbolic first dimension."""
+    nodes = [helper.make_node("Gather", ["x", "i"], ["y"], axis=0, name="gather"),
+             helper.make_node("ScatterElements", ["x", "j", "u"], ["z"], axis=1, reduction="add", name="scatter")]
+    graph = helper.make_graph(
+        nodes, "cli_model",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ("n", 3)),
+         helper.make_tensor_value_info("i", TensorProto.INT64, (2,)),
+         helper.make_tensor_value_info("j", TensorProto.INT64, ("n", 2)),
+         helper.make_tensor_value_info("u", TensorProto.FLOAT, ("n", 2))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+         helper.make_tensor_value_info("z", TensorProto.FLOAT, None)])
+    path = tmp_path_factory.mktemp("model") / "model.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), str(path))
+    return path
+
+
+@pytest.fixture(scope="module")
+def static_model_path(tmp_path_factory):
+    nodes = [helper.make_node("GatherND", ["x", "i"], ["y"], name="gnd")]
+    graph = helper.make_graph(nodes, "static",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, (4, 3)),
+                               helper.make_tensor_value_info("i", TensorProto.INT64, (2, 2))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, (2,))])
+    path = tmp_path_factory.mktemp("model") / "static.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(path))
+    return path
+
+
+@pytest.fixture()
+def inputs(tmp_path):
+    x = np.arange(12, dtype=np.float32).reshape(4, 3)
+    arrays = {"x": x, "i": np.array([3, -4], np.int64), "j": np.array([[0, 0], [2, 1], [1, 1], [2, 2]], np.int64),
+              "u": np.ones((4, 2), np.float32)}
+    files = {}
+    for name, arr in arrays.items():
+        files[name] = tmp_path / f"{name}.npy"
+        np.save(files[name], arr)
+    return arrays, files
+
+
+def input_args(files, names=("x", "i", "j", "u")):
+    args = []
+    for name in names:
+        args += ["--input", f"{name}={files[name]}"]
+    return args
+
+
+def expected(arrays):
+    x, i, j, u = arrays["x"], arrays["i"], arrays["j"], arrays["u"]
+    z = x.copy()
+    for p in np.ndindex(j.shape):
+        z[p[0], j[p]] += u[p]
+    return {"y": x[i], "z": z}
+
+
+# -- run ------------------------------------------------------------------------------------------
+
+
+def test_run_prints_and_saves_the_outputs(model_path, inputs, tmp_path):
+    arrays, files = inputs
+    out_dir = tmp_path / "out"
+    proc = cinnlite("run", model_path, *input_args(files), "--output-dir", out_dir)
+    assert proc.returncode == 0, proc.stderr
+    assert "y: float32[2, 3]" in proc.stdout and "z: float32[4, 3]" in proc.stdout
+    for name, want in expected(arrays).items():
+        got = np.load(out_dir / f"{name}.npy")
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
+
+
+def test_run_on_the_cuda_target_runs_or_says_why_not_in_one_line(static_model_path, tmp_path):
+    np.save(tmp_path / "x.npy", np.arange(12, dtype=np.float32).reshape(4, 3))
+    np.save(tmp_path / "i.npy", np.array([[0, 1], [3, 2]], np.int64))
+    proc = cinnlite("run", static_model_path, "--input", f"x={tmp_path / 'x.npy'}", "--input",
+                    f"i={tmp_path / 'i.npy'}", "--target", "cuda", "--output-dir", tmp_path / "out")
+    if proc.returncode == 0:   # a machine with a GPU
+        np.testing.assert_array_equal(np.load(tmp_path / "out" / "y.npy"), np.array([1, 11], np.float32))
+    else:
+        assert_one_line_error(proc, "cinnlite run: error:")
+
+
+def test_run_reads_onnx_tensor_files(static_model_path, tmp_path):
+    x = np.arange(12, dtype=np.float32).reshape(4, 3)
+    (tmp_path / "x.pb").write_bytes(onnx.numpy_helper.from_array(x).SerializeToString())
+    np.save(tmp_path / "i.npy", np.array([[0, 1], [-1, -1]], np.int64))
+    proc = cinnlite("run", static_model_path, "--input", f"x={tmp_path / 'x.pb'}", "--input",
+                    f"i={tmp_path / 'i.npy'}", "--output-dir", tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), np.array([1, 11], np.float32))
+
+
+def test_run_with_a_bad_model_path(tmp_path, inputs):
+    _, files = inputs
+    assert_one_line_error(cinnlite("run", tmp_path / "nope.onnx", *input_args(files)),
+                          "cinnlite run: error:", "nope.onnx", "no such file")
+    junk = tmp_path / "junk.onnx"
+    junk.write_bytes(b"this is not protobuf \xff\xff\xff")
+    assert_one_line_error(cinnlite("run", junk, *input_args(files)), "cannot read model", "junk.onnx")
+
+
+def test_run_with_a_bad_input_file(model_path, inputs, tmp_path):
+    _, files = inputs
+    files = dict(files, x=tmp_path / "missing.npy")
+    assert_one_line_error(cinnlite("run", model_path, *input_args(files)), "input 'x'", "missing.npy",
+                          "no such file")
+    text = tmp_path / "text.npy"
+    text.write_text("1 2 3\n")
+    files["x"] = text
+    assert_one_line_error(cinnlite("run", model_path, *input_args(files)), "input 'x'", "not a .npy file")
+
+
+def test_run_with_wrong_or_missing_inputs(model_path, inputs, tmp_path):
+    arrays, files = inputs
+    assert_one_line_error(cinnlite("run", model_path, *input_args(files, ("x", "i", "j"))),
+                          "no --input for 'u'", "x: float32[?, 3]")
+    assert_one_line_error(cinnlite("run", model_path, *input_args(files), "--input", f"w={files['x']}"),
+                          "the model has no input 'w'")
+    assert_one_line_error(cinnlite("run", model_path, *input_args(files), "--input", "x"),
+                          "--input 'x' is not of the form NAME=FILE")
+    np.save(tmp_path / "i64.npy", arrays["x"].astype(np.float64))
+    files64 = dict(files, x=tmp_path / "i64.npy")
+    assert_one_line_error(cinnlite("run", model_path, *input_args(files64)), "input 'x'", "float32", "float64")
+    np.save(tmp_path / "bad_i.npy", np.array([4, 0], np.int64))
+    files_oob = dict(files, i=tmp_path / "bad_i.npy")
+    assert_one_line_error(cinnlite("run", model_path, *input_args(files_oob)), "index 4", "out of range")
+
+
+def test_run_with_an_unsupported_model(tmp_path):
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="act")], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, (2,))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, (2,))])
+    path = tmp_path / "relu.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(path))
+    np.save(tmp_path / "x.npy", np.zeros(2, np.float32))
+    assert_one_line_error(cinnlite("run", path, "--input", f"x={tmp_path / 'x.npy'}"),
+                          "node 'act' (Relu): operator Relu is not supported")
+
+
+# -- emit -----------------------------------------------------------------------------------------
+
+CPU_STAGES = {"graph": "program static", "lowered": "for ", "llvm": "define", "llvm_opt": "define", "asm": ""}
+
+
+@pytest.mark.parametrize("stage", list(CPU_STAGES))
+def test_emit_each_cpu_stage(static_model_path, stage):
+    proc = cinnlite("emit", static_model_path, "--target", "cpu", "--stage", stage)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() and CPU_STAGES[stage] in proc.stdout
+
+
+@pytest.mark.parametrize("stage", ["graph", "lowered", "cuda", "ptx"])
+def test_emit_each_cuda_stage(static_model_path, stage):
+    proc = cinnlite("emit", static_model_path, "--target", "cuda", "--stage", stage)
+    if proc.returncode == 0:
+        marker = {"graph": "program static", "lowered": "for ", "cuda": "__global__", "ptx": ".entry"}[stage]
+        assert marker in proc.stdout
+    else:   # e.g. PTX where NVRTC is not installed
+        assert_one_line_error(proc, "cinnlite emit: error:")
+
+
+def test_emit_dot(model_path):
+    proc = cinnlite("emit", model_path, "--stage", "dot", "--shape", "x=4,3", "--shape", "j=4,2", "--shape", "u=4,2")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith('digraph "cli_model"')
+    assert '"x" -> "y"' in proc.stdout and '"i" -> "y"' in proc.stdout and '"u" -> "z"' in proc.stdout
+
+
+def test_emit_needs_shapes_for_symbolic_dimensions(model_path):
+    assert_one_line_error(cinnlite("emit", model_path, "--stage", "graph"), "graph input 'x'", "symbolic")
+    proc = cinnlite("emit", model_path, "--shape", "x=4,3", "--shape", "j=4,2", "--shape", "u=4,2")
+    assert proc.returncode == 0, proc.stderr
+    assert "x: float32[4, 3]" in proc.stdout
+    assert_one_line_error(cinnlite("emit", model_path, "--shape", "x=4;3"), "--shape 'x=4;3'")
+
+
+def test_emit_an_unknown_stage(static_model_path):
+    assert_one_line_error(cinnlite("emit", static_model_path, "--stage", "bytecode"),
+                          "unknown stage 'bytecode'", "llvm_opt", "ptx", "dot")
+    assert_one_line_error(cinnlite("emit", static_model_path, "--target", "cpu", "--stage", "ptx"),
+                          "target 'cpu' has no stage 'ptx'")
+
+
+def test_emit_a_bad_model_path(tmp_path):
+    assert_one_line_error(cinnlite("emit", tmp_path / "none.onnx", "--stage", "llvm"), "none.onnx", "no such file")
+
+
+# -- the command line itself ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", [[], ["demo"], ["run"], ["emit"]])
+def test_help(command):
+    proc = cinnlite(*command, "--help")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("usage: cinnlite")
+    words = {"": ["demo", "run", "emit"], "demo": ["numpy"], "run": ["--input", "--target", "--output-dir"],
+             "emit": ["--stage", "--target", "dot"]}
+    for word in words[command[0] if command else ""]:
+        assert word in proc.stdout
+
+
+def test_usage_errors_are_one_line():
+    assert_one_line_error(cinnlite("run"), "cinnlite run: error:", "MODEL.onnx", status=2)
+    assert_one_line_error(cinnlite("emit", "m.onnx", "--target", "tpu"), "invalid choice: 'tpu'", status=2)
+    assert_one_line_error(cinnlite("frobnicate"), "invalid choice", status=2)
+
+
+def test_demo_still_runs():
+    proc = cinnlite("demo")
+    assert proc.returncode == 0, proc.stderr
+    assert "all outputs match numpy" in proc.stdout
