@@ -31,6 +31,8 @@ def compile(program: Program, target: str = "cpu", opt_level: int = 3, determini
         raise CinnliteError(f"unknown target {target!r}; expected one of {', '.join(TARGETS)}")
     if opt_level not in (0, 1, 2, 3):
         raise CinnliteError(f"opt_level must be 0, 1, 2 or 3, got {opt_level!r}")
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+        raise CinnliteError(f"threads must be a positive integer or None, got {threads!r}")
     if target == "cpu":
         return _compile_cpu(program, opt_level, threads, fuse, cache and not dump_passes, dump_passes)
     raise CinnliteError(f"target {target!r} is not available in this build")

@@ -80,7 +80,11 @@ class NetBuilder:
 
     def constant(self, value, dtype=None, name: str | None = None) -> Tensor:
         """A tensor holding a copy of a numpy array (or anything ``np.asarray`` takes)."""
-        arr = np.asarray(value)
+        try:
+            arr = np.asarray(value)
+        except (ValueError, TypeError) as exc:
+            raise ValidationError("constant", "value is a rectangular array", f"cannot make an array: {exc}") from None
+        ops._check_shape("constant", arr.shape)
         dt = as_dtype(dtype if dtype is not None else arr.dtype, "constant")
         if dtype is not None and arr.dtype != dt.np:
             cast = arr.astype(dt.np)

@@ -108,6 +108,9 @@ def _check_shape(op, shape):
         raise ValidationError(op, "shape is a tuple of integers", f"shape {shape!r} is not a tuple of integers") from None
     if any(d < 0 for d in shape):
         raise ValidationError(op, "dimensions are non-negative", f"shape {shape} has a negative dimension")
+    if math.prod(shape) >= 2**63 or any(d >= 2**63 for d in shape):
+        raise ValidationError(op, "element count fits int64",
+                              f"shape {shape} has more elements than 64-bit index arithmetic can address")
     return shape
 
 
