@@ -101,6 +101,10 @@ def inline_computes(program: LoweredProgram, keep_index_buffers: bool = True) ->
             if define is None:
                 continue
             consumers = [k for k in kernels[pi + 1:] if _reads(k, producer.output.name)]
+            if not consumers and producer.checks:
+                # Nothing reads the values any more (a consumer folded them away), but the
+                # producer's mode="raise" checks must still run: keep it whole.
+                continue
             try:
                 fused = {}
                 for k in consumers:

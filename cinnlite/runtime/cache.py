@@ -18,12 +18,11 @@ import os
 import pickle
 import tempfile
 import threading
-from collections import OrderedDict
+import weakref
 
 from ..ir.constant import ConstArray
 
 FORMAT = 1
-MEMORY_ENTRIES = 64
 
 
 def cache_dir():
@@ -68,26 +67,21 @@ def compile_key(program, target: str, options: dict, environment: dict) -> str:
 
 
 class MemoryCache:
-    """A small LRU of live executables, shared by the threads of a process."""
+    """The executables of this process that are still alive, by key. It holds them weakly: once
+    the caller drops an executable, its code and buffers are freed (a later compile of the same
+    program comes from the disk cache)."""
 
-    def __init__(self, size: int = MEMORY_ENTRIES):
-        self.size = size
-        self._items: OrderedDict = OrderedDict()
+    def __init__(self):
+        self._items = weakref.WeakValueDictionary()
         self._lock = threading.Lock()
 
     def get(self, key):
         with self._lock:
-            exe = self._items.get(key)
-            if exe is not None:
-                self._items.move_to_end(key)
-            return exe
+            return self._items.get(key)
 
     def put(self, key, exe):
         with self._lock:
             self._items[key] = exe
-            self._items.move_to_end(key)
-            while len(self._items) > self.size:
-                self._items.popitem(last=False)
 
     def clear(self):
         with self._lock:

@@ -11,8 +11,10 @@ from ..errors import IndexOutOfRangeError, InputError, InputTypeError
 from ..ir.loopnest import LoweredProgram
 
 
-#: Buffers of at least this many bytes are recycled between calls (see ``BufferPool``).
+#: Buffers of at least this many bytes are recycled between calls (see ``BufferPool``); past
+#: ``POOL_MAX_BYTES`` they are not kept, so a huge result is given back as soon as it is dropped.
 POOL_MIN_BYTES = 1 << 20
+POOL_MAX_BYTES = 1 << 30
 POOL_PER_SHAPE = 2
 
 
@@ -30,7 +32,7 @@ class BufferPool:
         self._lock = threading.Lock()
 
     def empty(self, shape, dtype, nbytes: int):
-        if nbytes < POOL_MIN_BYTES:
+        if nbytes < POOL_MIN_BYTES or nbytes > POOL_MAX_BYTES:
             return np.empty(shape, dtype)
         key = (shape, dtype)
         with self._lock:
