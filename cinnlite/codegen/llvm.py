@@ -17,13 +17,15 @@ from dataclasses import dataclass
 from llvmlite import ir
 
 from ..dtypes import DType
-from ..ir.loopnest import (Binary, Buffer, Cast, Cmp, Const, For, If, Load, LoweredProgram, Reduce,
-                           ReportIndexError, Select, Seq, Store, Var)
+from ..ir.loopnest import (Binary, Buffer, Cast, Cmp, Const, FlagIndexError, For, If, Load,
+                           LoweredProgram, Reduce, ReportIndexError, Select, Seq, Store, Var)
 from ..ir.passes import RANGE_BEGIN, RANGE_END, kernel_stages, stage_extent, stage_work
 from ..ir.transform import stmt_exprs, walk_expr, walk_stmt
 from .llvm_support import add_half_support
 
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
+#: Stage return codes: done; a check failed and err holds it; a possibly bad index was seen.
+OK, ERROR, FLAGGED = 0, 1, 2
 PTR = ir.PointerType()
 _FLOATS = {16: ir.HalfType(), 32: ir.FloatType(), 64: ir.DoubleType()}
 _ICMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
@@ -67,7 +69,8 @@ class StageInfo:
     symbol: str
     kernel: str
     kind: str      # "serial", "parallel" (split the outer loop), "parallel_check" (the same, for a
-                   # mode="raise" check nest) or "parallel_rows" (split by output row)
+                   # mode="raise" check nest), "deferred_check" (the same, run only after an earlier
+                   # stage returned FLAGGED) or "parallel_rows" (split by output row)
     extent: int    # size of the dimension [begin, end) ranges over
     work: int      # innermost iterations of the whole stage
 
@@ -81,7 +84,8 @@ def stage_plan(program: LoweredProgram) -> list:
             base += "_"
         used.add(base)
         for j, stage in enumerate(kernel_stages(kernel)):
-            kind = stage.kind if isinstance(stage, For) and stage.kind.startswith("parallel") else "serial"
+            split = ("parallel", "parallel_check", "parallel_rows", "deferred_check")
+            kind = stage.kind if isinstance(stage, For) and stage.kind in split else "serial"
             plan.append((StageInfo(f"{base}_s{j}", kernel.name, kind, stage_extent(stage), stage_work(stage)),
                          stage))
     return plan
@@ -264,6 +268,8 @@ class _KernelEmitter:
                         self.stmt(s.then)
                     with orelse:
                         self.stmt(s.orelse)
+        elif isinstance(s, FlagIndexError):
+            b.store(ir.Constant(I32, FLAGGED), self.flag_slot())
         elif isinstance(s, ReportIndexError):
             pos = self.expr(s.position)
             err = self.err
@@ -285,7 +291,7 @@ class _KernelEmitter:
         self.vars[s.var] = slot
         extent = self.expr(s.extent)
         start = ir.Constant(I64, 0)
-        if s.kind in ("parallel", "parallel_check"):
+        if s.kind in ("parallel", "parallel_check", "deferred_check"):
             # This call runs the chunk [begin, min(end, extent)) of the loop.
             start = self.expr(RANGE_BEGIN)
             end = self.expr(RANGE_END)
@@ -306,10 +312,18 @@ class _KernelEmitter:
         b.position_at_end(done)
         del self.vars[s.var]
 
+    def flag_slot(self):
+        if not hasattr(self, "_flag"):
+            with self.b.goto_block(self.entry):
+                self.b.position_at_start(self.entry)
+                self._flag = self.b.alloca(I32, name="flagged")
+                self.b.store(ir.Constant(I32, 0), self._flag)
+        return self._flag
+
     def emit(self):
         self.stmt(self.stage)
         if not self.b.block.is_terminated:
-            self.b.ret(ir.Constant(I32, 0))
+            self.b.ret(self.b.load(self._flag, typ=I32) if hasattr(self, "_flag") else ir.Constant(I32, 0))
         return self.wrapper
 
 
@@ -333,10 +347,23 @@ class LLVMRenderer:
         slots = {buf.name: i for i, buf in enumerate(program.buffer_table())}
         main = ir.Function(module, ir.FunctionType(I32, [PTR, PTR]), self.entry)
         b = ir.IRBuilder(main.append_basic_block("entry"))
+        flagged = b.alloca(I32, name="flagged")
+        b.store(ir.Constant(I32, 0), flagged)
         for info, stage in stage_plan(program):
             fn = _KernelEmitter(module, stage, slots, info.symbol).emit()
-            status = b.call(fn, [main.args[0], ir.Constant(I64, 0), ir.Constant(I64, info.extent), main.args[1]])
-            failed = b.icmp_signed("!=", status, ir.Constant(I32, 0))
+            args = [main.args[0], ir.Constant(I64, 0), ir.Constant(I64, info.extent), main.args[1]]
+            if info.kind == "deferred_check":
+                # Only after a stage flagged a possibly bad index: find and report it.
+                was_flagged = b.icmp_signed("!=", b.load(flagged, typ=I32), ir.Constant(I32, 0))
+                with b.if_then(was_flagged, likely=False):
+                    status = b.call(fn, args)
+                    with b.if_then(b.icmp_signed("!=", status, ir.Constant(I32, 0))):
+                        b.ret(status)
+                continue
+            status = b.call(fn, args)
+            with b.if_then(b.icmp_signed("==", status, ir.Constant(I32, FLAGGED)), likely=False):
+                b.store(ir.Constant(I32, FLAGGED), flagged)
+            failed = b.icmp_signed("==", status, ir.Constant(I32, ERROR))
             with b.if_then(failed, likely=False):
                 b.ret(status)
         b.ret(ir.Constant(I32, 0))

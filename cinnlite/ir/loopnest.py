@@ -243,6 +243,15 @@ class ReportIndexError(Stmt):
     value: Expr | None = None  # the bad index value (int64), where the backend reports it
 
 
+@dataclass(frozen=True)
+class FlagIndexError(Stmt):
+    """A possibly bad index was seen: the stage returns "flagged" when it finishes, and the
+    kernel's deferred check nest for ``check_id`` then runs to find and report the first bad
+    position. Only the CPU schedule creates it (see ``passes.defer_index_checks``)."""
+
+    check_id: int
+
+
 # -- kernels and programs -----------------------------------------------------------------------
 
 

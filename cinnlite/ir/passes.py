@@ -9,8 +9,8 @@ from dataclasses import replace
 
 from ..dtypes import bool_, int64
 from ..errors import CompileError
-from .loopnest import (Binary, Buffer, Cast, Cmp, Const, For, If, Kernel, Load, LoweredProgram,
-                       Reduce, ReportIndexError, Select, Seq, Store, Var)
+from .loopnest import (Binary, Buffer, Cast, Cmp, Const, FlagIndexError, For, If, Kernel, Load,
+                       LoweredProgram, Reduce, ReportIndexError, Select, Seq, Store, Var)
 from .transform import map_expr, map_stmt, stmt_exprs, walk_expr, walk_stmt
 
 # -- remove_unit_loops ------------------------------------------------------------------------
@@ -273,7 +273,7 @@ def schedule_cpu(kernel: Kernel) -> Kernel:
 
 def stage_extent(stage) -> int:
     """The size of a stage's parallel dimension: its loop extent, or the output rows."""
-    if isinstance(stage, For) and stage.kind in ("parallel", "parallel_check"):
+    if isinstance(stage, For) and stage.kind in ("parallel", "parallel_check", "deferred_check"):
         return stage.extent.value
     if isinstance(stage, For) and stage.kind == "parallel_rows":
         return next(x for x in walk_stmt(stage) if isinstance(x, Reduce)).buffer.shape[0]
@@ -293,9 +293,128 @@ def stage_work(stage) -> int:
     return work(stage)
 
 
+# -- defer_index_checks -------------------------------------------------------------------------
+
+
+def _check_nest(stage):
+    """``(index load, condition, check id)`` of a check nest ``for ..: if cond: report``."""
+    s = stage
+    while isinstance(s, For):
+        s = s.body
+    if not (isinstance(s, If) and s.orelse is None and isinstance(s.then, ReportIndexError)):
+        return None
+    loads = {x for x in walk_expr(s.cond) if isinstance(x, Load)}
+    if len(loads) != 1:
+        return None
+    (load,) = loads
+    if not all(isinstance(i, Var) or (isinstance(i, Const) and i.value == 0) for i in load.indices):
+        return None
+    return load, s.cond, s.then.check_id
+
+
+def _loads_of(e, name):
+    return [x for x in walk_expr(e) if isinstance(x, Load) and x.buffer.name == name]
+
+
+def _covers(stage, index: Load) -> bool:
+    """Whether running ``stage`` whole evaluates a load of every element of the index buffer
+    (unconditionally: statements under an ``if`` do not count; ``select`` operands do, since the
+    CPU evaluates both)."""
+    name, shape = index.buffer.name, index.buffer.shape
+    groups: dict = {}
+
+    def visit(s, extents):
+        if isinstance(s, For):
+            if not isinstance(s.extent, Const) or s.extent.value <= 0:
+                return False
+            return visit(s.body, {**extents, s.var: s.extent.value})
+        if isinstance(s, Seq):
+            return any([visit(x, extents) for x in s.stmts])
+        for e in stmt_exprs(s):
+            for load in _loads_of(e, name):
+                record(load, extents)
+        return False
+
+    def record(load, extents):
+        partial, seen_vars = None, set()
+        for a, (i, d) in enumerate(zip(load.indices, shape)):
+            if isinstance(i, Var) and extents.get(i) == d and i not in seen_vars:
+                seen_vars.add(i)
+            elif isinstance(i, Const) and d == 1 and i.value == 0:
+                pass
+            elif isinstance(i, Const) and partial is None:
+                partial = a
+            else:
+                return
+        key = (partial, tuple(None if a == partial else i for a, i in enumerate(load.indices)))
+        groups.setdefault(key, set()).add(None if partial is None else load.indices[partial].value)
+
+    visit(stage, {})
+    return any(p is None or values == set(range(shape[p])) for (p, _), values in groups.items())
+
+
+def _flag_loads(stage, index: Load, cond, check_id):
+    """Before every statement that loads the index buffer, flag an out-of-range value."""
+    check_vars = index.indices
+
+    def flags_for(s):
+        out = []
+        for e in stmt_exprs(s):
+            for load in _loads_of(e, index.buffer.name):
+                mapping = {v: i for v, i in zip(check_vars, load.indices) if isinstance(v, Var)}
+                bad = map_expr(cond, lambda x: mapping.get(x, x) if isinstance(x, Var) else _simplify_expr(x))
+                flag = If(bad, FlagIndexError(check_id))
+                if flag not in out:
+                    out.append(flag)
+        return out
+
+    def visit(s):
+        if isinstance(s, For):
+            return replace(s, body=visit(s.body))
+        if isinstance(s, Seq):
+            return Seq(tuple(visit(x) for x in s.stmts))
+        if isinstance(s, If):
+            s = If(s.cond, visit(s.then), visit(s.orelse) if s.orelse is not None else None)
+        flags = flags_for(s)
+        return Seq(tuple(flags) + (s,)) if flags else s
+
+    return visit(stage)
+
+
+def defer_index_checks(kernel: Kernel) -> Kernel:
+    """Fold ``mode="raise"`` checks into the loop that reads the index anyway.
+
+    A check nest reads the whole index tensor once more. Where a later stage of the kernel
+    loads every index element unconditionally, that stage sets a flag when it meets a bad value
+    (a vectorisable or-reduction, no early exit) and the check nest moves behind it as a
+    ``deferred_check`` that runs only if the flag was set, to find and report the first bad
+    position exactly as before. Reporting order between checks is kept: a check is deferred
+    only when no other check stands between it and the stage that takes it over."""
+    stages = list(kernel_stages(kernel))
+    k = len(stages) - 1
+    while k >= 0:
+        stage = stages[k]
+        parts = _check_nest(stage) if isinstance(stage, For) and stage.kind == "parallel_check" else None
+        if parts is not None:
+            index, cond, check_id = parts
+            for j in range(k + 1, len(stages)):
+                later = stages[j]
+                if isinstance(later, For) and later.kind == "deferred_check":
+                    continue
+                if not isinstance(later, For) or _check_nest(later) is not None:
+                    break
+                if _covers(later, index):
+                    stages[j] = _flag_loads(later, index, cond, check_id)
+                    stages.insert(j + 1, replace(stage, kind="deferred_check"))
+                    del stages[k]
+                    break
+        k -= 1
+    return replace(kernel, body=Seq(tuple(stages)))
+
+
 # -- pipelines ----------------------------------------------------------------------------------
 
-CPU_PIPELINE = (remove_unit_loops, simplify, verify, schedule_cpu, verify)
+CPU_PIPELINE = (remove_unit_loops, simplify, verify, schedule_cpu, defer_index_checks, verify)
 
 
 def run_pipeline(program: LoweredProgram, pipeline, dump: bool = False):

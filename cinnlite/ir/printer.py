@@ -1,8 +1,8 @@
 """Text form of the loop-nest IR, as shown by ``exe.source("lowered")``."""
 from __future__ import annotations
 
-from .loopnest import (Binary, Cast, Cmp, Const, For, If, Kernel, Load, LoweredProgram, Reduce,
-                       ReportIndexError, Select, Seq, Store, Var)
+from .loopnest import (Binary, Cast, Cmp, Const, FlagIndexError, For, If, Kernel, Load, LoweredProgram,
+                       Reduce, ReportIndexError, Select, Seq, Store, Var)
 
 _INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "mod": "%", "and": "&&", "or": "||"}
 _CMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
@@ -51,6 +51,8 @@ def stmt_lines(s, indent: int = 1) -> list:
         return lines + [f"{pad}}}"]
     if isinstance(s, Seq):
         return [line for st in s.stmts for line in stmt_lines(st, indent)]
+    if isinstance(s, FlagIndexError):
+        return [f"{pad}flag_index_error(check={s.check_id})"]
     if isinstance(s, ReportIndexError):
         value = f", value={expr_str(s.value)}" if s.value is not None else ""
         return [f"{pad}report_index_error(check={s.check_id}, position={expr_str(s.position)}{value})"]

@@ -1,8 +1,8 @@
 """Generic rebuilding traversals of the loop-nest IR, used by the passes."""
 from __future__ import annotations
 
-from .loopnest import (Binary, Cast, Cmp, Const, For, If, Load, Reduce, ReportIndexError, Select,
-                       Seq, Store, Var)
+from .loopnest import (Binary, Cast, Cmp, Const, FlagIndexError, For, If, Load, Reduce,
+                       ReportIndexError, Select, Seq, Store, Var)
 
 
 def map_expr(e, fn):
@@ -49,6 +49,8 @@ def map_stmt(s, expr_fn=None, stmt_fn=None):
         if not stmts:
             return None
         return sf(Seq(stmts)) if len(stmts) > 1 else stmts[0]
+    if isinstance(s, FlagIndexError):
+        return sf(s)
     if isinstance(s, ReportIndexError):
         return sf(ReportIndexError(s.check_id, ex(s.position), ex(s.value) if s.value is not None else None))
     raise TypeError(f"not a statement: {s!r}")

@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from ..codegen.llvm import LLVMRenderer, stage_plan
+from ..codegen.llvm import ERROR, FLAGGED, OK, LLVMRenderer, stage_plan
 from ..errors import CompileError
 from ..ir.loopnest import LoweredProgram
 from ..ir.printer import program_str
@@ -289,7 +289,10 @@ class CPUExecutable(Executable):
     def _run_stages(self, table: int, err: int) -> int:
         """Run stage after stage; split the big parallel ones into one chunk per thread."""
         pool = _pool(self.threads)
+        flagged = False
         for info, fn in self._stages:
+            if info.kind == "deferred_check" and not flagged:
+                continue
             if info.kind == "serial" or info.work < PARALLEL_MIN_WORK or info.extent < 2:
                 status = fn(table, 0, info.extent, err)
             else:
@@ -301,12 +304,14 @@ class CPUExecutable(Executable):
                 base = errs.ctypes.data
                 futures = [pool.submit(fn, table, bounds[k], bounds[k + 1], base + 24 * k) for k in range(1, n)]
                 statuses = [fn(table, bounds[0], bounds[1], base)] + [f.result() for f in futures]
-                status = 0
+                status = FLAGGED if FLAGGED in statuses else OK
                 for k, st in enumerate(statuses):
-                    if st != 0:
+                    if st == ERROR:
                         ctypes.memmove(err, base + 24 * k, 24)
-                        status = st
+                        status = ERROR
                         break
-            if status != 0:
+            if status == FLAGGED:
+                flagged = True
+            elif status != OK:
                 return status
-        return 0
+        return OK

@@ -1,0 +1,107 @@
+"""The loop-nest passes as IR: what each does to a kernel, checked on the text and the nodes,
+plus the results the CPU gets from them."""
+import numpy as np
+import pytest
+
+import cinnlite as cl
+from cinnlite import NetBuilder
+from cinnlite.dtypes import float32, int64
+from cinnlite.errors import CompileError
+from cinnlite.ir.loopnest import Binary, Buffer, Const, For, Kernel, Load, Seq, Store, Var
+from cinnlite.ir.passes import remove_unit_loops, simplify, verify
+
+
+def kernel(body, *bufs):
+    return Kernel("k", "test", tuple(bufs), bufs[-1], body)
+
+
+def test_remove_unit_loops_substitutes_zero_and_drops_empty_loops():
+    a, out = Buffer("a", float32, (1, 4)), Buffer("out", float32, (1, 4))
+    i, j = Var("i"), Var("j")
+    body = Seq((For(i, Const(1), For(j, Const(4), Store(out, (i, j), Load(a, (i, j))))),
+                For(Var("z"), Const(0), Store(out, (Const(0), Const(0)), Const(1.0, float32)))))
+    got = remove_unit_loops(kernel(body, a, out)).body
+    assert got == For(j, Const(4), Store(out, (Const(0), j), Load(a, (Const(0), j))))
+
+
+def test_simplify_folds_integer_identities_and_constants():
+    out = Buffer("out", int64, (8,))
+    i = Var("i")
+    index = Binary("add", Binary("mul", Const(0), Const(4)), Binary("mul", i, Const(1)))
+    got = simplify(kernel(For(i, Const(8), Store(out, (index,), Binary("add", Const(2), Const(3)))), out)).body
+    assert got == For(i, Const(8), Store(out, (i,), Const(5)))
+
+
+@pytest.mark.parametrize("bad", ["unbound", "rank", "dtype"])
+def test_verify_rejects_broken_ir(bad):
+    a, out = Buffer("a", float32, (4,)), Buffer("out", float32, (4,))
+    i = Var("i")
+    store = {
+        "unbound": Store(out, (Var("nope"),), Load(a, (i,))),
+        "rank": Store(out, (i, i), Load(a, (i,))),
+        "dtype": Store(out, (i,), Const(1, int64)),
+    }[bad]
+    with pytest.raises(CompileError, match="verifier"):
+        verify(kernel(For(i, Const(4), store), a, out))
+
+
+def gather_program(mode="raise", n=(20, 10)):
+    b = NetBuilder("g")
+    x = b.create_input("float32", (n[0], 30), "x")
+    i = b.create_input("int64", n, "i")
+    return b.build([b.gather(x, i, axis=1, mode=mode)])
+
+
+def test_raise_check_is_folded_into_the_gather_loop():
+    text = cl.compile(gather_program(), cache=False).source("lowered")
+    assert "flag_index_error(check=0)" in text
+    assert "# deferred_check" in text and "# parallel_check" not in text
+    # the flag sits in the compute loop, the precise check after it
+    assert text.index("flag_index_error") < text.index("deferred_check")
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_folded_check_reports_the_first_bad_position(threads):
+    exe = cl.compile(gather_program(n=(4000, 10)), threads=threads, cache=False)  # big enough to split
+    x = np.arange(120000, dtype=np.float32).reshape(4000, 30)
+    i = np.random.default_rng(0).integers(-30, 30, (4000, 10))
+    np.testing.assert_array_equal(exe(x=x, i=i), np.take_along_axis(x, i % 30, axis=1))
+    i[3500, 2], i[700, 9], i[700, 8] = 30, -31, 99
+    with pytest.raises(cl.IndexOutOfRangeError) as info:
+        exe(x=x, i=i)
+    assert info.value.position == (700, 8) and info.value.value == 99
+
+
+def test_checks_of_values_read_under_a_condition_stay_eager():
+    """In message passing the gathered rows are read only for the updates of a thread's rows,
+    so the source index is not read whole by the update loop: its check must stay in front."""
+    b = NetBuilder("mp")
+    x = b.create_input("float32", (5, 2), "x")
+    src = b.create_input("int64", (7,), "src")
+    dst = b.create_input("int64", (7, 1), "dst")
+    out = b.scatter_nd(b.fill_constant((5, 2), 0.0, "float32"), dst, b.take(x, src), reduce="add")
+    exe = cl.compile(b.build([out]), cache=False)
+    text = exe.source("lowered")
+    assert "# parallel_check" in text  # src: checked up front
+    assert "flag_index_error(check=1)" in text  # dst: read whole by the update loop
+    for src_v, dst_v, want in ((9, 0, "'src'"), (0, 9, "'dst'"), (9, 9, "'src'")):
+        s, d = np.zeros(7, np.int64), np.zeros((7, 1), np.int64)
+        s[3], d[4, 0] = src_v, dst_v
+        with pytest.raises(cl.IndexOutOfRangeError, match=want):
+            exe(x=np.zeros((5, 2), np.float32), src=s, dst=d)
+
+
+def test_folding_checks_changes_no_result_or_error_against_unfused_programs():
+    rng = np.random.default_rng(5)
+    for mode in ("raise", "clip"):
+        prog = gather_program(mode, n=(20, 10))
+        x = rng.standard_normal((20, 30)).astype(np.float32)
+        i = rng.integers(-35, 35, (20, 10))
+        results = []
+        for fuse in (True, False):
+            exe = cl.compile(prog, fuse=fuse, cache=False)
+            try:
+                results.append(("ok", exe(x=x, i=i).tobytes()))
+            except cl.IndexOutOfRangeError as e:
+                results.append(("error", str(e)))
+        assert results[0] == results[1]
