@@ -35,7 +35,12 @@ def compile(program: Program, target: str = "cpu", opt_level: int = 3, determini
         raise CinnliteError(f"threads must be a positive integer or None, got {threads!r}")
     if target == "cpu":
         return _compile_cpu(program, opt_level, threads, fuse, cache and not dump_passes, dump_passes)
-    raise CinnliteError(f"target {target!r} is not available in this build")
+    lowered = lower_program(program)
+    from .runtime.cuda import compile_cuda  # "cuda" and "cuda-emu": one pipeline, one renderer
+
+    if fuse:
+        lowered = inline_computes(lowered)
+    return compile_cuda(program, lowered, target, deterministic=deterministic, dump_passes=dump_passes)
 
 
 def _compile_cpu(program, opt_level, threads, fuse, use_cache, dump_passes):

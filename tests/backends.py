@@ -1,6 +1,21 @@
 """The backends the numerical tests run on. Every numerical test is parametrised over these.
 
-"cpu" is the LLVM JIT; "cuda-emu" runs the generated CUDA C on the host (added by the CUDA
-backend); "cuda" is added where a GPU and its driver are present.
+"cpu" is the LLVM JIT; "cuda-emu" runs the generated CUDA C on the host (it needs a host C++
+compiler); "cuda" is added where a GPU, its driver and NVRTC are present.
+
+Where NVRTC is installed (the extra `cuda`), every CUDA module the tests compile, for "cuda-emu"
+as for "cuda", is also built by NVRTC for sm_90 and sm_80 (see the README), so every kernel
+the suite generates is known to compile for real GPUs. The variable is inherited by the child
+processes some tests start; set CINNLITE_NVRTC_CHECK yourself to choose other architectures.
 """
-BACKENDS = ["cpu"]
+import os
+
+from cinnlite.runtime import nvrtc
+from cinnlite.runtime.cuda import gpu_available
+
+BACKENDS = ["cpu", "cuda-emu"]
+if gpu_available():  # never raises: no driver, no GPU or no NVRTC all mean False
+    BACKENDS.append("cuda")
+
+if nvrtc.available():
+    os.environ.setdefault("CINNLITE_NVRTC_CHECK", "sm_90,sm_80")

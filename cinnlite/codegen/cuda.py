@@ -1,0 +1,505 @@
+"""CUDA C renderer: a GPU-scheduled LoweredProgram becomes one CUDA C translation unit.
+
+The boilerplate comes from Jinja templates in ``templates/`` (one environment, undefined
+variables are errors): the kernel signature, launch bounds, 64-bit thread indexing and the
+grid-stride loop (``kernel.cu.j2``), the device helpers (``helpers.cu.j2``), the host-side launch
+plan (``launch_plan.cu.j2``) and the host emulation's launcher (``emu_launcher.cpp.j2``).
+Expressions, statements and index arithmetic are rendered here, in Python.
+
+Every top-level statement of a kernel (after :mod:`cinnlite.ir.schedule_gpu`) is one launch: its
+``gpu.grid`` loops become one flat loop over ``items`` work items, each thread taking items
+``tid, tid + stride, ...``; the item is split back into the loop variables row-major. On the GPU a
+``Reduce`` is atomic and a ``Store`` plain; ``ReportIndexError`` records the smallest bad position
+of its check, and the index value there, in the error buffer (``ERROR_SLOTS`` int64 per check).
+
+Value types: bool is ``bool`` in registers and one byte in memory; float16 is kept as its bits
+(``cl_half``) and converted to float for arithmetic, rounding to nearest-even after each
+operation, as the CPU backend does. Signed integer data arithmetic wraps around (computed in
+unsigned types); integer division never traps.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import jinja2
+import numpy as np
+
+from ..dtypes import DType, float16, int64
+from ..errors import CompileError
+from ..ir.loopnest import (Binary, Buffer, Cast, Cmp, Const, For, If, Load, LoweredProgram, Reduce,
+                           ReportIndexError, Select, Seq, Store, Var)
+from ..ir.schedule_gpu import grid_chain, top_level
+from ..ir.transform import stmt_exprs, walk_expr, walk_stmt
+
+_ENV = jinja2.Environment(
+    loader=jinja2.FileSystemLoader(str(Path(__file__).parent / "templates")),
+    undefined=jinja2.StrictUndefined,
+    trim_blocks=True,
+    lstrip_blocks=True,
+    keep_trailing_newline=True,
+    autoescape=False,
+)
+
+BLOCK = 256  # threads per block; also the kernels' __launch_bounds__
+ERROR_SLOTS = 4  # int64 per mode="raise" check: smallest bad position, its value, a lock, unused
+
+_CTYPE = {"bool": "unsigned char", "int8": "signed char", "int16": "short", "int32": "int",
+          "int64": "long long", "uint8": "unsigned char", "float16": "cl_half", "float32": "float",
+          "float64": "double"}
+_SUFFIX = {"bool": "b", "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64", "uint8": "u8",
+           "float16": "f16", "float32": "f32", "float64": "f64"}
+_INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "mod": "%"}
+_CMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Identifiers a buffer parameter must not take: C++ keywords and types, CUDA built-ins.
+_RESERVED = frozenset("""
+    alignas alignof and asm auto bool break case catch char class const constexpr const_cast
+    continue decltype default delete do double dynamic_cast else enum explicit export extern false
+    float for friend goto if inline int long mutable namespace new noexcept not nullptr operator or
+    private protected public register reinterpret_cast return short signed sizeof static
+    static_assert static_cast struct switch template this thread_local throw true try typedef
+    typeid typename union unsigned using virtual void volatile wchar_t while xor
+    threadIdx blockIdx blockDim gridDim warpSize main min max errors
+""".split())
+
+
+def memory_ctype(dtype: DType) -> str:
+    """The C type of one element of ``dtype`` in memory."""
+    return _CTYPE[dtype.name]
+
+
+def value_ctype(dtype: DType) -> str:
+    """The C type of a value of ``dtype`` in registers (bool is ``bool``)."""
+    return "bool" if dtype.is_bool else _CTYPE[dtype.name]
+
+
+def _utype(dtype: DType) -> str:
+    """The unsigned type wrap-around arithmetic of ``dtype`` is done in."""
+    return "unsigned long long" if dtype.bits == 64 else "unsigned int"
+
+
+def sanitize(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_]", "_", name)
+
+
+# -- what the renderer hands the runtimes -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One ``__global__`` function and how the host launches it."""
+
+    name: str          # the kernel symbol
+    kernel: str        # the loop-nest kernel (graph node) it belongs to
+    items: int         # work items of its flat grid-stride loop
+    buffers: tuple     # the buffer names it takes, in parameter order
+    slots: tuple       # their slots in LoweredProgram.buffer_table()
+    ctypes: tuple      # their element C types
+    errors: bool       # whether the error buffer follows the buffers
+
+
+@dataclass(frozen=True)
+class CudaModule:
+    """The rendered translation unit and its launch plan, in execution order."""
+
+    name: str
+    source: str
+    launches: tuple
+    block: int
+    num_checks: int             # the error buffer holds ERROR_SLOTS int64 per check
+    reported_values: frozenset  # the checks whose kernels report the bad index value too
+
+
+# -- device helpers -----------------------------------------------------------------------------
+
+
+class _Helpers:
+    """The device helper functions the kernels use, in dependency order."""
+
+    def __init__(self):
+        self.needs = set()
+        self.functions = {}
+
+    def _add(self, name, **spec):
+        if name not in self.functions:
+            self.functions[name] = dict(name=name, **spec)
+        return name
+
+    def half(self):
+        self.needs.add("f16")
+
+    def minmax(self, op, dtype: DType) -> str:
+        if dtype == float16:
+            self.half()
+        return self._add(f"cl_{op}_{_SUFFIX[dtype.name]}", kind="minmax", ctype=value_ctype(dtype),
+                         dtype=_SUFFIX[dtype.name], is_float=dtype.is_float, cmp="<" if op == "min" else ">")
+
+    def half_arith(self, op) -> str:
+        self.half()
+        expr = "fmodf(x, y)" if op == "mod" else f"x {_INFIX[op]} y"
+        return self._add(f"cl_{op}_f16", kind="half_arith", expr=expr)
+
+    def int_div(self, op, dtype: DType) -> str:
+        return self._add(f"cl_{op}_{_SUFFIX[dtype.name]}", kind="int_div", ctype=value_ctype(dtype),
+                         utype=_utype(dtype), signed=dtype.is_signed, op=_INFIX[op])
+
+    def float_to_int(self, dtype: DType) -> str:
+        info = np.iinfo(dtype.np)
+        lo = "(-9223372036854775807LL - 1LL)" if dtype.bits == 64 and dtype.is_signed else str(int(info.min))
+        return self._add(f"cl_ftoi_{_SUFFIX[dtype.name]}", kind="float_to_int", ctype=value_ctype(dtype),
+                         lo=lo, hi=f"{int(info.max)}{'LL' if dtype.bits == 64 else ''}",
+                         lo_f=repr(float(info.min)), hi_f=repr(float(info.max)))
+
+    def report(self) -> str:
+        return self._add("cl_report_index_error", kind="report")
+
+    def atomic(self, op, dtype: DType, emitter) -> str:
+        name = f"cl_atomic_{op}_{_SUFFIX[dtype.name]}"
+        if name in self.functions:
+            return name
+        ct = value_ctype(dtype)
+        native = {
+            ("add", "float32"): "atomicAdd(p, v)",
+            ("add", "float64"): "atomicAdd(p, v)",
+            ("add", "int32"): "atomicAdd(p, v)",
+            ("add", "int64"): "atomicAdd((unsigned long long*)p, (unsigned long long)v)",
+            ("max", "int32"): "atomicMax(p, v)",
+            ("min", "int32"): "atomicMin(p, v)",
+            ("max", "int64"): "atomicMax(p, v)",
+            ("min", "int64"): "atomicMin(p, v)",
+        }.get((op, dtype.name))
+        if native is not None:
+            return self._add(name, kind="atomic_native", ctype=ct, call=native)
+        combine = emitter.combine(op, dtype, "cur", "v")  # registers the helpers it calls first
+        spec = dict(op=op, dtype=dtype.name, ctype=ct, combine=combine)
+        if dtype.bits >= 32:
+            word = "unsigned int" if dtype.bits == 32 else "unsigned long long"
+            if dtype.name == "float32":
+                from_word, to_word = "__uint_as_float(assumed)", "__float_as_uint(next)"
+            elif dtype.name == "float64":
+                from_word = "__longlong_as_double((long long)assumed)"
+                to_word = "(unsigned long long)__double_as_longlong(next)"
+            else:
+                from_word, to_word = f"({ct})assumed", f"({word})next"
+            return self._add(name, kind="atomic_cas", bits=dtype.bits, word=word, from_word=from_word,
+                             to_word=to_word, **spec)
+        from_bits = "unsigned char" if dtype.bits == 8 else "unsigned short"
+        return self._add(name, kind="atomic_cas_sub", bits=dtype.bits, from_bits=from_bits, **spec)
+
+
+# -- expressions and statements -----------------------------------------------------------------
+
+
+class _Emitter:
+    """Renders the expressions and statements of one launch; ``names`` maps buffers to their C
+    parameter names."""
+
+    def __init__(self, helpers: _Helpers, names: dict):
+        self.h = helpers
+        self.names = names
+        self.in_index = 0  # > 0 while rendering an index, an extent or a position
+        self.reported_values = set()  # checks whose bad index value the kernels report
+
+    def index(self, e) -> str:
+        """An index, an extent or a position (int64 arithmetic rendered plainly)."""
+        self.in_index += 1
+        try:
+            return self.expr(e)
+        finally:
+            self.in_index -= 1
+
+    # -- expressions ---------------------------------------------------------------------------
+
+    def expr(self, e) -> str:
+        if isinstance(e, Const):
+            return self.const(e.value, e.dtype)
+        if isinstance(e, Var):
+            return e.name
+        if isinstance(e, Load):
+            ref = self.element(e.buffer, e.indices)
+            return f"({ref} != 0)" if e.buffer.dtype.is_bool else ref
+        if isinstance(e, Binary):
+            # int64 arithmetic on indices, or on loop variables and constants alone, stays far
+            # from overflow and is rendered plainly; int64 data arithmetic wraps like the CPU's.
+            plain = bool(self.in_index) or not any(isinstance(x, Load) for x in walk_expr(e))
+            return self.binary(e.op, e.dtype, self.expr(e.a), self.expr(e.b), divisor=e.b, plain_int64=plain)
+        if isinstance(e, Cmp):
+            return self.compare(e.op, e.a.dtype, self.expr(e.a), self.expr(e.b))
+        if isinstance(e, Select):
+            return f"({self.expr(e.cond)} ? {self.expr(e.a)} : {self.expr(e.b)})"
+        if isinstance(e, Cast):
+            return self.cast(self.expr(e.a), e.a.dtype, e.to)
+        raise CompileError(f"CUDA renderer: cannot render expression {e!r}")
+
+    def const(self, value, dtype: DType) -> str:
+        if dtype.is_bool:
+            return "true" if value else "false"
+        if dtype == float16:
+            bits = int(np.array(value, np.float16).view(np.uint16))
+            return f"((cl_half)0x{bits:04x}u)"
+        if dtype.is_float:
+            if dtype.bits == 32:
+                x = np.float32(value)
+                if not np.isfinite(x):
+                    return f"__uint_as_float(0x{int(x.view(np.uint32)):08x}u)"
+                text = repr(float(x)) + "f"
+            else:
+                x = float(value)
+                if not math.isfinite(x):
+                    bits = int(np.array(x, np.float64).view(np.uint64))
+                    return f"__longlong_as_double((long long)0x{bits:016x}ULL)"
+                text = repr(x)
+            return f"({text})" if text.startswith("-") else text
+        v = int(value)
+        if dtype == int64:
+            if v == -2**63:
+                return "(-9223372036854775807LL - 1LL)"
+            return f"({v}LL)" if v < 0 else f"{v}LL"
+        if dtype.name == "int32":
+            if v == -2**31:
+                return "(-2147483647 - 1)"
+            return f"({v})" if v < 0 else str(v)
+        return f"(({value_ctype(dtype)}){v})"
+
+    def element(self, buf: Buffer, indices) -> str:
+        """``name[offset]``: the row-major offset of ``indices`` in ``buf`` (64-bit)."""
+        terms, fixed = [], 0
+        for idx, stride in zip(indices, buf.strides):
+            if isinstance(idx, Const):
+                fixed += int(idx.value) * stride
+                continue
+            s = self.index(idx)
+            terms.append(s if stride == 1 else f"{s} * {stride}LL")
+        if fixed or not terms:
+            terms.append(f"{fixed}LL")
+        return f"{self.names[buf.name]}[{' + '.join(terms)}]"
+
+    def binary(self, op, dtype: DType, a: str, b: str, divisor=None, plain_int64=False) -> str:
+        if dtype.is_bool:
+            # On bool values max is "or" and min is "and", as for the CPU's unsigned i1.
+            logical = {"and": "&&", "or": "||", "max": "||", "min": "&&"}.get(op)
+            if logical is None:
+                raise CompileError(f"CUDA renderer: {op} of bool values")
+            return f"({a} {logical} {b})"
+        if op in ("and", "or"):
+            raise CompileError(f"CUDA renderer: {op} of {dtype}")
+        if op in ("min", "max"):
+            return f"{self.h.minmax(op, dtype)}({a}, {b})"
+        if dtype == float16:
+            return f"{self.h.half_arith(op)}({a}, {b})"
+        if dtype.is_float:
+            if op == "mod":
+                return f"{'fmodf' if dtype.bits == 32 else 'fmod'}({a}, {b})"
+            return f"({a} {_INFIX[op]} {b})"
+        ct = value_ctype(dtype)
+        if op in ("div", "mod"):
+            if isinstance(divisor, Const) and int(divisor.value) not in (0, -1):
+                return f"({a} {_INFIX[op]} {b})" if dtype.bits >= 32 else f"(({ct})({a} {_INFIX[op]} {b}))"
+            return f"{self.h.int_div(op, dtype)}({a}, {b})"
+        if dtype == int64 and plain_int64:
+            return f"({a} {_INFIX[op]} {b})"
+        return self.wrapping(op, dtype, a, b)
+
+    def wrapping(self, op, dtype: DType, a: str, b: str) -> str:
+        """Integer add/sub/mul that wraps around like the CPU's, without signed overflow."""
+        ut = _utype(dtype)
+        return f"(({value_ctype(dtype)})(({ut}){a} {_INFIX[op]} ({ut}){b}))"
+
+    def combine(self, op, dtype: DType, a: str, b: str) -> str:
+        """``combine(a, b)`` of a reduction on data of ``dtype``."""
+        if dtype.is_int and op in ("add", "mul"):
+            return self.wrapping(op, dtype, a, b)
+        return self.binary(op, dtype, a, b)
+
+    def compare(self, op, dtype: DType, a: str, b: str) -> str:
+        if dtype == float16:
+            self.h.half()
+            a, b = f"cl_h2f({a})", f"cl_h2f({b})"
+        # C's float comparisons are ordered, and != is true for NaN, as in the CPU backend.
+        return f"({a} {_CMP[op]} {b})"
+
+    def cast(self, a: str, src: DType, dst: DType) -> str:
+        if src == dst:
+            return a
+        if dst.is_bool:
+            if src == float16:
+                self.h.half()
+                return f"(cl_h2f({a}) != 0.0f)"
+            return f"({a} != 0)"
+        if src.is_bool:
+            if dst == float16:
+                return f"({a} ? (cl_half)0x3c00u : (cl_half)0x0000u)"
+            return f"(({value_ctype(dst)})({a}))"
+        if dst == float16:
+            self.h.half()
+            if src.name == "float32":
+                return f"cl_f2h({a})"
+            return f"cl_d2h({a})" if src.name == "float64" else f"cl_d2h((double)({a}))"
+        if src == float16:
+            self.h.half()
+            if dst.is_float:
+                return f"cl_h2f({a})" if dst.name == "float32" else f"((double)cl_h2f({a}))"
+            a, src = f"cl_h2f({a})", DType("float", 32)
+        if src.is_float and dst.is_int:
+            return f"{self.h.float_to_int(dst)}({a})"
+        return f"(({value_ctype(dst)})({a}))"
+
+    # -- statements ----------------------------------------------------------------------------
+
+    def stmt(self, s, depth: int) -> list:
+        pad = "    " * depth
+        if isinstance(s, Seq):
+            return [line for st in s.stmts for line in self.stmt(st, depth)]
+        if isinstance(s, Store):
+            value = self.expr(s.value)
+            if s.buffer.dtype.is_bool:
+                value = f"(unsigned char)({value})"
+            return [f"{pad}{self.element(s.buffer, s.indices)} = {value};"]
+        if isinstance(s, Reduce):
+            if s.combine == "none":
+                raise CompileError("CUDA renderer: a scatter update without reduction reached the renderer; "
+                                   "the GPU pipeline must give it a winner (scatter_last_write_wins)")
+            fn = self.h.atomic(s.combine, s.buffer.dtype, self)
+            return [f"{pad}{fn}(&{self.element(s.buffer, s.indices)}, {self.expr(s.value)});"]
+        if isinstance(s, If):
+            lines = [f"{pad}if ({self.expr(s.cond)}) {{"] + self.stmt(s.then, depth + 1)
+            if s.orelse is not None:
+                lines += [f"{pad}}} else {{"] + self.stmt(s.orelse, depth + 1)
+            return lines + [f"{pad}}}"]
+        if isinstance(s, For):
+            if s.kind != "serial":
+                raise CompileError(f"CUDA renderer: loop {s.var.name} of kind {s.kind} inside a launch")
+            v = s.var.name
+            head = f"{pad}for (long long {v} = 0; {v} < {self.index(s.extent)}; ++{v}) {{"
+            return [head] + self.stmt(s.body, depth + 1) + [f"{pad}}}"]
+        if isinstance(s, ReportIndexError):
+            fn = self.h.report()
+            if s.value is not None:
+                self.reported_values.add(s.check_id)
+            value = self.index(s.value) if s.value is not None else "0LL"
+            return [f"{pad}{fn}(cl_errors, {s.check_id}, {self.index(s.position)}, {value});"]
+        raise CompileError(f"CUDA renderer: cannot render statement {s!r}")
+
+
+# -- launches and the module --------------------------------------------------------------------
+
+
+def _buffers_of(stmt) -> tuple:
+    """(every buffer the statement touches, the names of those it writes), first use first."""
+    seen, written = {}, set()
+    for s in walk_stmt(stmt):
+        for e in stmt_exprs(s):
+            for x in walk_expr(e):
+                if isinstance(x, Load):
+                    seen.setdefault(x.buffer.name, x.buffer)
+        if isinstance(s, (Store, Reduce)):
+            seen.setdefault(s.buffer.name, s.buffer)
+            written.add(s.buffer.name)
+    return list(seen.values()), written
+
+
+def _loop_vars(stmt) -> set:
+    used = set()
+    for s in walk_stmt(stmt):
+        for e in stmt_exprs(s):
+            used |= {x.name for x in walk_expr(e) if isinstance(x, Var)}
+    return used
+
+
+def _split_item(extents) -> list:
+    """The row-major decomposition of ``cl_item`` into one index per extent."""
+    out = []
+    for j, extent in enumerate(extents):
+        inner = math.prod(extents[j + 1:])
+        value = "cl_item" if inner == 1 else f"cl_item / {inner}LL"
+        if j > 0:
+            value = f"{value} % {extent}LL" if inner == 1 else f"({value}) % {extent}LL"
+        out.append(value)
+    return out
+
+
+class CUDARenderer:
+    """Loop-nest IR (after a GPU pipeline) -> CUDA C. ``render`` returns a :class:`CudaModule`."""
+
+    stage = "cuda"
+    block = BLOCK
+
+    def render(self, program: LoweredProgram, deterministic: bool = False) -> CudaModule:
+        slots = {b.name: i for i, b in enumerate(program.buffer_table())}
+        helpers = _Helpers()
+        texts, launches, used_names, reported = [], [], set(), set()
+        for kernel in program.kernels:
+            for j, stmt in enumerate(top_level(kernel.body)):
+                base = f"k_{sanitize(kernel.name)}_{j}"
+                name = base
+                while name in used_names:
+                    name += "_"
+                used_names.add(name)
+                text, launch = self._launch(kernel, stmt, name, slots, helpers, reported)
+                texts.append(text)
+                launches.append(launch)
+        plan = [dict(name=l.name, total=l.items, args=list(l.buffers), errors=l.errors) for l in launches]
+        source = _ENV.get_template("module.cu.j2").render(
+            program=program.name, deterministic=deterministic, launches=plan, block=self.block,
+            num_checks=len(program.checks), error_slots=ERROR_SLOTS, needs=helpers.needs, functions=list(helpers.functions.values()),
+            kernels=texts)
+        return CudaModule(program.name, source, tuple(launches), self.block, len(program.checks),
+                          frozenset(reported))
+
+    def _launch(self, kernel, stmt, name, slots, helpers, reported):
+        loops, body = grid_chain(stmt)
+        if not loops or not all(isinstance(l.extent, Const) for l in loops):
+            raise CompileError(f"CUDA renderer, kernel {kernel.name}: a launch is not bound to the grid "
+                               "(run a GPU pipeline first)")
+        extents = [int(l.extent.value) for l in loops]
+        buffers, written = _buffers_of(body)
+        buffers.sort(key=lambda b: slots[b.name])
+        var_names = {l.var.name for l in loops} | {s.var.name for s in walk_stmt(body) if isinstance(s, For)}
+        for v in var_names:
+            if not _IDENT.match(v) or v.startswith("cl_") or v in _RESERVED:
+                raise CompileError(f"CUDA renderer: loop variable name {v!r} is not a safe C identifier")
+        names, taken = {}, set(var_names)
+        for b in buffers:
+            cname = sanitize(b.name)
+            if not _IDENT.match(cname) or cname in _RESERVED or cname.startswith(("cl_", "__")):
+                cname = f"b_{cname}"
+            while cname in taken:
+                cname += "_"
+            taken.add(cname)
+            names[b.name] = cname
+        emitter = _Emitter(helpers, names)
+        lines = emitter.stmt(body, 2)
+        reported |= emitter.reported_values
+        has_errors = any(isinstance(s, ReportIndexError) for s in walk_stmt(body))
+        params = [f"{'' if b.name in written else 'const '}{memory_ctype(b.dtype)}* __restrict__ {names[b.name]}"
+                  for b in buffers]
+        if has_errors:
+            params.append("long long* __restrict__ cl_errors")
+        used = _loop_vars(body)
+        grid_vars = [(l.var.name, value) for l, value in zip(loops, _split_item(extents)) if l.var.name in used]
+        items = math.prod(extents)
+        comment = f"{kernel.op} '{kernel.name}': {' x '.join(map(str, extents))} items"
+        text = _ENV.get_template("kernel.cu.j2").render(
+            comment=comment, block=self.block, name=name, params=params, total=items,
+            grid_vars=grid_vars, body="\n".join(lines))
+        launch = Launch(name, kernel.name, items, tuple(b.name for b in buffers),
+                        tuple(slots[b.name] for b in buffers), tuple(memory_ctype(b.dtype) for b in buffers),
+                        has_errors)
+        return text.rstrip("\n"), launch
+
+
+def render_emu_launcher(module: CudaModule) -> str:
+    """Host C++ that runs the module's launches in order on the CPU (see cuda_emu_prelude.h):
+    ``cinnlite_emu_run`` runs the whole plan on a buffer table, and one
+    ``cinnlite_emu_launch_<kernel>`` per launch takes its arguments as cuLaunchKernel does."""
+    launches = []
+    for l in module.launches:
+        params = [f"*({c}**)cl_params[{k}]" for k, c in enumerate(l.ctypes)]
+        if l.errors:
+            params.append(f"*(long long**)cl_params[{len(l.ctypes)}]")
+        launches.append(dict(name=l.name, total=l.items, errors=l.errors, params=params,
+                             slots=[dict(slot=s, ctype=c) for s, c in zip(l.slots, l.ctypes)]))
+    return _ENV.get_template("emu_launcher.cpp.j2").render(launches=launches, block=module.block)

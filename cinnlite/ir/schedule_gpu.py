@@ -1,0 +1,346 @@
+"""GPU passes over the loop-nest IR: how scatter updates run in parallel, and the GPU schedule.
+
+After these passes every top-level statement of a kernel is one GPU launch: a chain of loops
+of kind ``gpu.grid`` (collapsed by the CUDA renderer into one flat, 64-bit, grid-stride loop over
+blocks x threads) around a body that may hold serial loops. On the GPU a :class:`Reduce` is an
+atomic read-combine-write and a :class:`Store` a plain one. A scatter's update nest runs one of
+three ways:
+
+- **ordered** (:func:`order_update_nests`): a loop variable that is a whole coordinate of every
+  target separates the targets (two updates with different values of it never touch one
+  element), so those loops run in parallel and the others serially inside each thread, in
+  row-major order, exactly as on the CPU: no atomics, no scratch buffer, deterministic, and the
+  last update wins. Chosen when each thread's serial chain is short, and always for float
+  reductions with ``deterministic=True``.
+- **winner** (:func:`scatter_last_write_wins`), for ``reduce="none"`` otherwise: every target
+  element gets a winner, the largest row-major position of the updates that hit it (an atomic
+  max over all updates in parallel), and then only the winner writes.
+- **atomic**, for ``add``/``mul``/``max``/``min`` otherwise: the ``Reduce`` stays, and the
+  renderer makes it an atomic update. Integer results do not depend on the order; float ones
+  may, which is what ``deterministic=True`` is for.
+
+``GPU_PIPELINE`` and ``GPU_PIPELINE_DETERMINISTIC`` list the passes, as ``CPU_PIPELINE`` does for
+the CPU; run them with :func:`cinnlite.ir.passes.run_pipeline`.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..dtypes import int32, int64
+from ..errors import CompileError
+from .loopnest import (Binary, Buffer, Cast, Cmp, Const, For, If, Kernel, Load, Reduce,
+                       ReportIndexError, Seq, Store, Var, const)
+from .passes import remove_unit_loops, simplify, verify
+from .transform import map_stmt, stmt_exprs, walk_expr, walk_stmt
+
+GRID = "gpu.grid"
+
+# -- helpers ------------------------------------------------------------------------------------
+
+
+def top_level(body) -> list:
+    """The kernel's top-level statements, nested sequences flattened."""
+    if isinstance(body, Seq):
+        return [s for st in body.stmts for s in top_level(st)]
+    return [body]
+
+
+def _seq(stmts):
+    stmts = list(stmts)
+    return stmts[0] if len(stmts) == 1 else Seq(tuple(stmts))
+
+
+def perfect_nest(stmt):
+    """Split ``stmt`` into its chain of directly nested loops and the innermost body."""
+    loops = []
+    while isinstance(stmt, For):
+        loops.append(stmt)
+        stmt = stmt.body
+    return loops, stmt
+
+
+def build_nest(loops, body):
+    """Wrap ``body`` in ``loops`` (outermost first), keeping each loop's var, extent and kind."""
+    for loop in reversed(loops):
+        body = For(loop.var, loop.extent, body, loop.kind)
+    return body
+
+
+def grid_chain(stmt):
+    """The leading ``gpu.grid`` loops of a launch and the body inside them."""
+    loops = []
+    while isinstance(stmt, For) and stmt.kind == GRID:
+        loops.append(stmt)
+        stmt = stmt.body
+    return loops, stmt
+
+
+def _const_extent(loop) -> int:
+    if not isinstance(loop.extent, Const):
+        raise CompileError(f"GPU schedule: loop {loop.var.name} has a non-constant extent")
+    return int(loop.extent.value)
+
+
+def _row_major_position(loops):
+    """Flat row-major position of the loop variables in their loops' iteration space."""
+    pos = const(0)
+    for loop in loops:
+        pos = Binary("add", Binary("mul", pos, loop.extent), loop.var)
+    return pos
+
+
+def _update_nest(kernel, stmt, what):
+    """``stmt`` as a perfect nest of serial loops around a body without loops, or an error."""
+    loops, body = perfect_nest(stmt)
+    if any(isinstance(s, For) for s in walk_stmt(body)) or any(l.kind != "serial" for l in loops):
+        raise CompileError(f"GPU schedule, kernel {kernel.name}: {what} must be a perfect serial loop nest")
+    return loops, body
+
+
+def _fresh_name(base: str, taken: set) -> str:
+    name, n = base, 0
+    while name in taken:
+        n += 1
+        name = f"{base}{n}"
+    taken.add(name)
+    return name
+
+
+def _buffer_names(kernel) -> set:
+    return {b.name for b in kernel.params} | {t.name for t in kernel.temps}
+
+
+# -- scatter_last_write_wins ----------------------------------------------------------------------
+
+
+def scatter_last_write_wins(kernel: Kernel) -> Kernel:
+    """Rewrite every update nest that holds ``Reduce(combine="none")`` into three nests:
+
+    1. ``winner[t] = -1`` for every target element ``t``;
+    2. over the updates, in parallel: ``winner[target] = max(winner[target], position)`` (atomic);
+    3. over the updates, in parallel: ``if winner[target] == position: out[target] = value``.
+
+    ``position`` is the update's row-major position, so the winner is the last update in
+    row-major order, whatever order the GPU runs them in. The winner buffer is int32 when every
+    position fits, int64 otherwise.
+    """
+    stmts, temps = [], list(kernel.temps)
+    taken = _buffer_names(kernel)
+    changed = False
+    for stmt in top_level(kernel.body):
+        nones = [s for s in walk_stmt(stmt) if isinstance(s, Reduce) and s.combine == "none"]
+        if not nones:
+            stmts.append(stmt)
+            continue
+        changed = True
+        loops, body = _update_nest(kernel, stmt, "a scatter update")
+        wdtype = int32 if _extent(loops) <= 2**31 - 1 else int64
+        position = _row_major_position(loops)
+        wpos = position if wdtype == int64 else Cast(int32, position)
+        winners = {}
+        for r in nones:
+            if r.buffer.name not in winners:
+                name = _fresh_name(f"{r.buffer.name}__winner", taken)
+                winners[r.buffer.name] = Buffer(name, wdtype, r.buffer.shape)
+        for w in winners.values():
+            zs = [Var(f"z{k}") if d != 1 else const(0) for k, d in enumerate(w.shape)]
+            init = Store(w, tuple(zs), const(-1, wdtype))
+            loops_w = [For(z, const(d), None) for z, d in zip(zs, w.shape) if d != 1]
+            stmts.append(build_nest(loops_w, init))
+            temps.append(w)
+
+        def claim(s):
+            if isinstance(s, Reduce) and s.combine == "none":
+                return Reduce(winners[s.buffer.name], s.indices, wpos, "max")
+            return s
+
+        def write(s):
+            if isinstance(s, Reduce) and s.combine == "none":
+                won = Cmp("eq", Load(winners[s.buffer.name], s.indices), wpos)
+                return If(won, Store(s.buffer, s.indices, s.value))
+            return s
+
+        stmts.append(build_nest(loops, map_stmt(body, None, claim)))
+        stmts.append(build_nest(loops, map_stmt(body, None, write)))
+    if not changed:
+        return kernel
+    return replace(kernel, body=_seq(stmts), temps=tuple(temps))
+
+
+# -- order_update_nests ---------------------------------------------------------------------------
+
+#: An update nest runs ordered when each thread's serial chain is at most this long, or at most
+#: 1/65536 of the output a winner buffer would cover (updates are then few for the output).
+ORDERED_MAX_SERIAL = 16
+#: ... or when it has at least this many independent chains, none longer than 1024 updates.
+ORDERED_MIN_PARALLEL = 2**16
+
+
+def _split_update_nest(kernel, stmt):
+    """(separating loops, serial loops, body, reduces) of an update nest."""
+    loops, body = _update_nest(kernel, stmt, "a scatter update")
+    reduces = [s for s in walk_stmt(body) if isinstance(s, Reduce)]
+    owns = [l for l in loops if all(any(ix == l.var for ix in r.indices) for r in reduces)]
+    return owns, [l for l in loops if l not in owns], body, reduces
+
+
+def _extent(loops) -> int:
+    total = 1
+    for loop in loops:
+        total *= _const_extent(loop)
+    return total
+
+
+def prefer_ordered(parallel: int, serial: int, output_size: int) -> bool:
+    """Whether an update nest with ``parallel`` independent chains of ``serial`` updates into
+    an output of ``output_size`` elements runs faster ordered than with a winner or atomics."""
+    if serial <= max(ORDERED_MAX_SERIAL, output_size // 65536):
+        return True
+    return parallel >= ORDERED_MIN_PARALLEL and serial <= 1024
+
+
+def _ordered(kernel, stmt):
+    owns, serial, body, _ = _split_update_nest(kernel, stmt)
+
+    def read_combine_write(s):
+        if isinstance(s, Reduce):
+            if s.combine == "none":
+                return Store(s.buffer, s.indices, s.value)
+            return Store(s.buffer, s.indices, Binary(s.combine, Load(s.buffer, s.indices), s.value))
+        return s
+
+    nest = build_nest(serial, map_stmt(body, None, read_combine_write))
+    if owns:
+        return build_nest([replace(l, kind=GRID) for l in owns], nest)
+    return For(Var("g0"), const(1), nest, GRID)
+
+
+def _order_nests(kernel: Kernel, always_floats: bool) -> Kernel:
+    stmts, changed = [], False
+    for stmt in top_level(kernel.body):
+        reduces = [s for s in walk_stmt(stmt) if isinstance(s, Reduce)]
+        if not reduces:
+            stmts.append(stmt)
+            continue
+        owns, serial, _, _ = _split_update_nest(kernel, stmt)
+        output_size = max(r.buffer.size for r in reduces)
+        required = always_floats and any(r.buffer.dtype.is_float and r.combine != "none" for r in reduces)
+        if required or prefer_ordered(_extent(owns), _extent(serial), output_size):
+            stmts.append(_ordered(kernel, stmt))
+            changed = True
+        else:
+            stmts.append(stmt)
+    return replace(kernel, body=_seq(stmts)) if changed else kernel
+
+
+def order_update_nests(kernel: Kernel) -> Kernel:
+    """Run update nests ordered (see the module docstring) where :func:`prefer_ordered` says
+    that is faster; the others keep their ``Reduce`` for the winner pass or atomics."""
+    return _order_nests(kernel, always_floats=False)
+
+
+def order_update_nests_deterministic(kernel: Kernel) -> Kernel:
+    """:func:`order_update_nests`, and every nest with a float reduction ordered too, so that
+    float results are bit-identical from run to run (and equal to the CPU's). A nest where no
+    loop separates the targets then runs on one thread. Integer reductions may stay atomic:
+    wrap-around add and mul, max and min give the same bits in any order."""
+    return _order_nests(kernel, always_floats=True)
+
+
+# -- schedule_gpu ---------------------------------------------------------------------------------
+
+
+def schedule_gpu(kernel: Kernel) -> Kernel:
+    """Bind every top-level nest to the GPU grid: the loops of a perfect nest of serial loops all
+    become ``gpu.grid`` (one flat grid-stride loop); a nest a pass already bound stays as it is;
+    a statement outside any loop runs on a one-item grid."""
+    launches = []
+    for stmt in top_level(kernel.body):
+        if isinstance(stmt, For) and stmt.kind == GRID:
+            launches.append(stmt)
+        elif isinstance(stmt, For):
+            loops, body = perfect_nest(stmt)
+            launches.append(build_nest([replace(l, kind=GRID) for l in loops], body))
+        else:
+            launches.append(For(Var("g0"), const(1), stmt, GRID))
+    return replace(kernel, body=_seq(launches) if launches else Seq(()))
+
+
+# -- fuse_independent_launches --------------------------------------------------------------------
+
+
+def _reads_writes(stmt):
+    reads, writes = set(), set()
+    for s in walk_stmt(stmt):
+        for e in stmt_exprs(s):
+            reads |= {x.buffer.name for x in walk_expr(e) if isinstance(x, Load)}
+        if isinstance(s, (Store, Reduce)):
+            writes.add(s.buffer.name)
+            if isinstance(s, Reduce):
+                reads.add(s.buffer.name)
+        if isinstance(s, ReportIndexError):
+            writes.add("<errors>")
+    return reads, writes
+
+
+def _grid_extents(stmt):
+    loops, _ = grid_chain(stmt)
+    if not all(isinstance(l.extent, Const) for l in loops):
+        return None
+    return tuple(l.extent.value for l in loops)
+
+
+def fuse_independent_launches(kernel: Kernel) -> Kernel:
+    """Merge adjacent launches over the same grid when neither touches what the other writes
+    (for example a scatter's copy of ``x`` and the reset of its winner buffer): one pass over
+    the grid instead of two."""
+    launches = top_level(kernel.body)
+    if len(launches) < 2:
+        return kernel
+    out = [launches[0]]
+    for nxt in launches[1:]:
+        prev = out[-1]
+        ext = _grid_extents(prev)
+        serial_inside = any(isinstance(x, For) for x in walk_stmt(grid_chain(nxt)[1]))
+        if ext is not None and ext == _grid_extents(nxt) and not serial_inside:
+            r1, w1 = _reads_writes(prev)
+            r2, w2 = _reads_writes(nxt)
+            if not (w1 & (r2 | w2)) and not (w2 & r1):
+                loops1, body1 = grid_chain(prev)
+                loops2, body2 = grid_chain(nxt)
+                rename = {l2.var: l1.var for l1, l2 in zip(loops1, loops2)}
+                body2 = map_stmt(body2, lambda e: rename.get(e, e) if isinstance(e, Var) else e)
+                out[-1] = build_nest(loops1, Seq(tuple(top_level(body1)) + tuple(top_level(body2))))
+                continue
+        out.append(nxt)
+    return replace(kernel, body=_seq(out))
+
+
+# -- verify_gpu -----------------------------------------------------------------------------------
+
+
+def verify_gpu(kernel: Kernel) -> Kernel:
+    """The GPU's invariants on top of :func:`verify`: every top-level statement is a launch
+    (a ``gpu.grid`` chain), grid loops appear nowhere else, and no ``Reduce(none)`` is left."""
+    verify(kernel)
+    for stmt in top_level(kernel.body):
+        loops, body = grid_chain(stmt)
+        if not loops:
+            raise CompileError(f"GPU verifier, kernel {kernel.name}: a top-level statement is not bound to the grid")
+        for s in walk_stmt(body):
+            if isinstance(s, For) and s.kind != "serial":
+                raise CompileError(f"GPU verifier, kernel {kernel.name}: loop {s.var.name} of kind {s.kind} "
+                                   "inside a launch")
+            if isinstance(s, Reduce) and s.combine == "none":
+                raise CompileError(f"GPU verifier, kernel {kernel.name}: a scatter update without a winner")
+    return kernel
+
+
+# -- pipelines ------------------------------------------------------------------------------------
+
+GPU_PIPELINE = (remove_unit_loops, simplify, verify, order_update_nests, scatter_last_write_wins, simplify,
+                schedule_gpu, fuse_independent_launches, verify_gpu)
+
+GPU_PIPELINE_DETERMINISTIC = (remove_unit_loops, simplify, verify, order_update_nests_deterministic,
+                              scatter_last_write_wins, simplify, schedule_gpu, fuse_independent_launches,
+                              verify_gpu)

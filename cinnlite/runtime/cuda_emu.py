@@ -1,0 +1,203 @@
+"""Host emulation of the CUDA backend (``target="cuda-emu"``): the generated CUDA C, compiled as
+host C++ and run on numpy arrays, so the CUDA code can be checked on machines without a GPU.
+
+The translation unit is ``cuda_emu_prelude.h`` (the CUDA built-ins: ``threadIdx`` and friends,
+atomics, bit casts), then the module's CUDA C exactly as ``exe.source("cuda")`` shows it, then a
+launcher (``emu_launcher.cpp.j2``) that runs every launch of the plan in order, every block and
+every thread one after another. It is built with the host C++ compiler (``$CXX``, else the first
+of g++, c++, clang++ on PATH) into a shared library cached by content hash in
+``cuda-emu/`` of cinnlite's cache directory (``$CINNLITE_CACHE_DIR``, else ``~/.cache/cinnlite``),
+and called through ctypes.
+
+The grid: ``exe.max_blocks = None`` (the default) gives every work item a thread of its own, and
+runs launches of more than 2**22 items on a single thread, whose grid-stride loop walks memory in
+order (thousands of threads run one after another would each stride across the whole tensor);
+either way atomics combine in row-major order. ``exe.max_blocks = N`` bounds the grid to N
+blocks of 256 threads as the GPU runtime does, so that grid-stride loops take several turns and
+atomics combine in another order; ``exe.max_blocks = 0`` gives every item its own thread always.
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shlex
+import shutil
+import subprocess
+import tempfile
+import threading
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from ..codegen.cuda import render_emu_launcher
+from ..errors import CompileError, TargetUnavailableError
+from .cache import cache_dir as cinnlite_cache_dir
+from .cuda import CUDABaseExecutable
+
+PRELUDE = Path(__file__).with_name("cuda_emu_prelude.h")
+# -fwrapv: signed overflow wraps, as on the GPU; no FMA contraction, as NVRTC with -fmad=false.
+CXXFLAGS = ("-std=c++17", "-O1", "-shared", "-fPIC", "-fwrapv", "-ffp-contract=off", "-fno-strict-aliasing",
+            "-w")
+_LOCKS_LOCK = threading.Lock()
+_PROCESS_DIR = None
+_ENTRY = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_longlong)
+
+
+def host_compiler() -> list:
+    """The host C++ compiler command: ``$CXX`` (may carry flags), else g++, c++ or clang++."""
+    env = os.environ.get("CXX", "").strip()
+    if env:
+        cmd = shlex.split(env)
+        if shutil.which(cmd[0]):
+            return cmd
+        raise TargetUnavailableError(f"target 'cuda-emu': $CXX is {env!r}, which was not found")
+    for name in ("g++", "c++", "clang++"):
+        path = shutil.which(name)
+        if path:
+            return [path]
+    raise TargetUnavailableError("target 'cuda-emu' needs a host C++ compiler (g++, c++ or clang++ on PATH, "
+                                 "or $CXX) to build the emulated kernels; none was found")
+
+
+@lru_cache(maxsize=8)
+def _compiler_identity(cmd: tuple) -> str:
+    try:
+        out = subprocess.run(list(cmd) + ["--version"], capture_output=True, text=True, timeout=60)
+        return out.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def cache_dir() -> Path:
+    """Where built libraries go: ``cuda-emu/`` in cinnlite's cache directory (see
+    :mod:`cinnlite.runtime.cache`), or a temporary directory of this process when the disk cache
+    is off or not writable (the library has to be a file for the dynamic loader)."""
+    global _PROCESS_DIR
+    root = cinnlite_cache_dir()
+    if root is not None:
+        path = Path(root) / "cuda-emu"
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+            if os.access(path, os.W_OK):
+                return path
+        except OSError:
+            pass
+    if _PROCESS_DIR is None:
+        _PROCESS_DIR = Path(tempfile.mkdtemp(prefix="cinnlite-cuda-emu-"))
+    return _PROCESS_DIR
+
+
+def translation_unit(cuda_source: str, launcher: str) -> str:
+    """The host C++ the emulation compiles: prelude, the CUDA C unchanged, the launcher."""
+    return (PRELUDE.read_text() + '\n#line 1 "cinnlite.cu"\n' + cuda_source
+            + '\n#line 1 "cinnlite_emu_launcher.cpp"\n' + launcher)
+
+
+class LibraryBuild:
+    """A shared library being built (or found in the cache): ``start_build`` starts the host
+    compiler and returns at once, so the caller can work while it runs; ``wait`` gives the
+    library's path."""
+
+    def __init__(self, text: str):
+        cmd = host_compiler()
+        key = hashlib.sha256("\0".join([_compiler_identity(tuple(cmd)), " ".join(cmd), " ".join(CXXFLAGS), text])
+                             .encode()).hexdigest()[:32]
+        directory = cache_dir()
+        self.path = directory / f"emu_{key}.so"
+        self._proc = self._tmp = None
+        if self.path.exists():
+            return
+        # Concurrent builders of one key each compile in their own directory; the atomic rename
+        # leaves a whole file whoever finishes last.
+        self._tmp = tempfile.TemporaryDirectory(dir=directory)
+        src = Path(self._tmp.name) / "kernels.cpp"
+        src.write_text(text)
+        self._out = Path(self._tmp.name) / "kernels.so"
+        try:
+            self._proc = subprocess.Popen(cmd + list(CXXFLAGS) + ["-o", str(self._out), str(src)],
+                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        except OSError as exc:
+            self._tmp.cleanup()
+            raise TargetUnavailableError(f"target 'cuda-emu': running the host C++ compiler failed: {exc}") from exc
+
+    def wait(self) -> Path:
+        if self._proc is None:
+            return self.path
+        try:
+            _, stderr = self._proc.communicate(timeout=600)
+            if self._proc.returncode != 0:
+                raise CompileError(f"the host C++ compiler rejected the emulated CUDA C:\n{stderr[-4000:]}")
+            os.replace(self._out, self.path)
+        except subprocess.TimeoutExpired as exc:
+            self._proc.kill()
+            self._proc.communicate()
+            raise TargetUnavailableError("target 'cuda-emu': the host C++ compiler took over 600 s") from exc
+        finally:
+            self._proc = None
+            self._tmp.cleanup()
+        return self.path
+
+
+def build_library(text: str) -> Path:
+    """Compile ``text`` into a shared library (or find it in the cache) and return its path."""
+    return LibraryBuild(text).wait()
+
+
+_LIBRARY_LOCKS: dict = {}
+
+
+def _library_lock(path: Path) -> threading.Lock:
+    with _LOCKS_LOCK:
+        return _LIBRARY_LOCKS.setdefault(str(path), threading.Lock())
+
+
+def _padded_empty(shape, dtype) -> np.ndarray:
+    """An array whose memory starts 64-byte aligned and runs on to a multiple of 8 bytes, so that
+    8- and 16-bit atomics may touch the whole 32-bit word holding their element."""
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    raw = np.empty(nbytes + 8 + 64, np.uint8)
+    start = (-raw.ctypes.data) % 64
+    return raw[start:start + nbytes].view(dtype).reshape(shape)
+
+
+class CUDAEmuExecutable(CUDABaseExecutable):
+    """Runs the CUDA C of the module on the CPU, one thread after another."""
+
+    target = "cuda-emu"
+
+    def __init__(self, program, lowered, module, deterministic, pass_dumps=()):
+        build = LibraryBuild(translation_unit(module.source, render_emu_launcher(module)))
+        try:
+            super().__init__(program, lowered, module, deterministic, pass_dumps)  # NVRTC checks meanwhile
+        finally:
+            self._library_path = build.wait()
+        self._lib = ctypes.CDLL(str(self._library_path))
+        self._entry = _ENTRY(("cinnlite_emu_run", self._lib))
+        self._slots = [b.name for b in self._table]
+        self._table_type = ctypes.c_void_p * max(1, len(self._slots))
+        self.max_blocks = None  # see the module docstring
+        self._lock = _library_lock(self._library_path)
+
+    def _allocate(self, arrays: dict) -> dict:
+        buffers = dict(arrays)
+        buffers.update(self._consts)
+        for b in self._table:
+            if b.name not in buffers:
+                buffers[b.name] = _padded_empty(b.shape, b.dtype.np)
+        return buffers
+
+    def _run(self, arrays: dict) -> dict:
+        buffers = self._allocate(arrays)
+        table = self._table_type(*[buffers[n].ctypes.data for n in self._slots])
+        errors = self._new_error_buffer()
+        with self._lock:  # the library's thread and block indices are globals
+            blocks = -1 if self.max_blocks is None else int(self.max_blocks)
+            self._entry(ctypes.addressof(table), errors.ctypes.data, blocks)
+        failed = self._first_failed_check(errors)
+        if failed is not None:
+            check_id, position, value = failed
+            self._raise_index_error(check_id, position, buffers, value=value)
+        return self._outputs(buffers)
