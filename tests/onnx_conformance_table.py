@@ -5,7 +5,7 @@ function the conformance test runs, so the table says what the test says.
 
     python tests/onnx_conformance_table.py                       # the backends the tests use
     python tests/onnx_conformance_table.py --backends cpu,cuda-emu
-    python tests/onnx_conformance_table.py --write docs/onnx.md  # replace the table in the page
+    python tests/onnx_conformance_table.py --write README.md  # replace the table in the page
 
 With ``--write`` the table replaces the lines between ``<!-- conformance:begin -->`` and
 ``<!-- conformance:end -->`` in the given file. The exit status is 1 when a case fails.

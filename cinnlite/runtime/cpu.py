@@ -243,33 +243,24 @@ class CPUExecutable(Executable):
 
     def __call__(self, **inputs):
         """Run on keyword arrays; returns the output array, or a tuple in output order."""
-        if self._fast and len(inputs) == len(self._inputs):
-            # The per-call path for small programs, kept to a minimum of Python: every
-            # argument is checked exactly as in the general path, which handles anything unusual.
-            ordered = []
-            for name, shape, dtype in self._inputs:
-                arr = inputs.get(name)
-                if type(arr) is not np.ndarray or arr.dtype != dtype or arr.shape != shape:
-                    break
-                flags = arr.flags
-                if not (flags.c_contiguous and flags.aligned):
-                    break
-                ordered.append(arr)
-            else:
-                pool = self._pool
-                args = [ordered[src] if kind == 0 else src if kind == 1 else
-                        np.empty(src[0], src[1]) if src[2] < POOL_MIN_BYTES else pool.empty(*src)
-                        for kind, src in self._plan]
-                # A per-thread error record: only read after a failed check has filled it.
-                err = getattr(_ERR, "array", None)
-                if err is None:
-                    err = _ERR.array = np.zeros(3, np.int64)
-                args.append(err)
-                if self._entry_objects(*args) != 0:
-                    buffers = dict(zip(self._slots, args))
-                    self._raise_index_error(int(err[0]), int(err[1]), buffers, value=int(err[2]))
-                return args[self._out_slots[0]]
-        return super().__call__(**inputs)
+        # The per-call path for small programs, kept to a minimum of Python: the arguments are
+        # checked exactly as in the general path, which handles anything unusual.
+        ordered = self._ready_inputs(inputs) if self._fast else None
+        if ordered is None:
+            return super().__call__(**inputs)
+        pool = self._pool
+        args = [ordered[src] if kind == 0 else src if kind == 1 else
+                np.empty(src[0], src[1]) if src[2] < POOL_MIN_BYTES else pool.empty(*src)
+                for kind, src in self._plan]
+        # A per-thread error record: only read after a failed check has filled it.
+        err = getattr(_ERR, "array", None)
+        if err is None:
+            err = _ERR.array = np.zeros(3, np.int64)
+        args.append(err)
+        if self._entry_objects(*args) != 0:
+            buffers = dict(zip(self._slots, args))
+            self._raise_index_error(int(err[0]), int(err[1]), buffers, value=int(err[2]))
+        return args[self._out_slots[0]]
 
     def _run(self, arrays: dict) -> dict:
         buffers = self._allocate(arrays)

@@ -85,21 +85,27 @@ class Executable:
 
     # -- calling ---------------------------------------------------------------------------------
 
+    def _ready_inputs(self, kwargs: dict):
+        """The common case, kept cheap: every name present with an array of the right dtype and
+        shape, C-ordered and aligned. Returns the arrays in input order, or None; anything else
+        takes ``_check_inputs_slow``, which converts what it can and explains the rest."""
+        if len(kwargs) != len(self._inputs):
+            return None
+        ordered = []
+        for name, shape, dtype in self._inputs:
+            arr = kwargs.get(name)
+            if type(arr) is not np.ndarray or arr.dtype != dtype or arr.shape != shape:
+                return None
+            flags = arr.flags
+            if not (flags.c_contiguous and flags.aligned):
+                return None
+            ordered.append(arr)
+        return ordered
+
     def _check_inputs(self, kwargs: dict) -> dict:
-        if len(kwargs) == len(self._inputs):
-            # The common case, kept cheap: every name present, right dtype and shape, C-ordered
-            # and aligned. Anything else takes the slow path below, which explains the problem.
-            arrays = {}
-            for name, shape, dtype in self._inputs:
-                arr = kwargs.get(name)
-                if type(arr) is not np.ndarray or arr.dtype != dtype or arr.shape != shape:
-                    break
-                flags = arr.flags
-                if not (flags.c_contiguous and flags.aligned):
-                    break
-                arrays[name] = arr
-            else:
-                return arrays
+        ordered = self._ready_inputs(kwargs)
+        if ordered is not None:
+            return {name: arr for (name, _, _), arr in zip(self._inputs, ordered)}
         return self._check_inputs_slow(kwargs)
 
     def _check_inputs_slow(self, kwargs: dict) -> dict:
