@@ -74,3 +74,29 @@ def test_chain_of_elementwise_ops_fuses_into_one_loop():
     assert len(exe.lowered.kernels) == 1
     X = np.linspace(-3, 3, 30).reshape(10, 3)
     np.testing.assert_array_equal(exe(x=X), np.maximum(X + X, 1.0).astype(np.float32))
+
+
+@pytest.mark.parametrize("first", ["i1", "i2"])
+def test_errors_of_several_fused_producers_keep_the_unfused_order(first):
+    """Two gathers feed one scatter and both have a bad index: whatever is fused, the error is
+    the one the unfused program reports (the operator that runs first)."""
+    b = NetBuilder("p")
+    d1 = b.create_input("float32", (6, 4), "d1")
+    d2 = b.create_input("float32", (6, 4), "d2")
+    i1 = b.create_input("int64", (5,), "i1")
+    i2 = b.create_input("int64", (3,), "i2")
+    idx = b.create_input("int64", (3,), "idx")
+    if first == "i1":
+        x, s = b.take(d1, i1, axis=0), b.take(d2, i2, axis=0)
+    else:
+        s, x = b.take(d2, i2, axis=0), b.take(d1, i1, axis=0)
+    prog = b.build(outputs=[b.scatter_nd(x, b.reshape(idx, (3, 1)), s, reduce="add")])
+    args = dict(d1=np.ones((6, 4), np.float32), d2=np.ones((6, 4), np.float32),
+                i1=np.array([0, 1, 9, 2, 3]), i2=np.array([0, 99, 1]), idx=np.array([0, 1, 7]))
+    messages = []
+    for kw in ({"fuse": False}, {}, {"threads": 1}):
+        with pytest.raises(cl.IndexOutOfRangeError) as info:
+            cl.compile(prog, cache=False, **kw)(**args)
+        messages.append(str(info.value))
+    assert messages[0] == messages[1] == messages[2]
+    assert f"'{first}'" in messages[0]

@@ -91,6 +91,9 @@ def inline_computes(program: LoweredProgram, keep_index_buffers: bool = True) ->
     if keep_index_buffers:
         outputs |= {c.buffer for c in program.checks}
     kernels = list(program.kernels)
+    # How many leading stages of each kernel are checks of producers inlined into it: the
+    # next producer's checks go after them, so checks keep the unfused program's order.
+    inlined_checks: dict = {}
     changed = True
     while changed:
         changed = False
@@ -106,11 +109,14 @@ def inline_computes(program: LoweredProgram, keep_index_buffers: bool = True) ->
                 # producer's mode="raise" checks must still run: keep it whole.
                 continue
             try:
-                fused = {}
+                fused, counts = {}, {}
                 for k in consumers:
                     rewrite = _inline_loads(producer.output.name, define, producer.output.shape)
                     body = map_stmt(k.body, rewrite)
-                    body = Seq(tuple(define[0]) + _stages(replace(k, body=body)))
+                    stages = _stages(replace(k, body=body))
+                    at = inlined_checks.get(k.name, 0)
+                    body = Seq(stages[:at] + tuple(define[0]) + stages[at:])
+                    counts[k.name] = at + len(define[0])
                     gone = (producer.output.name, k.output.name)
                     params = [b for b in k.params if b.name not in gone]
                     params += [b for b in producer.params
@@ -121,6 +127,7 @@ def inline_computes(program: LoweredProgram, keep_index_buffers: bool = True) ->
             except _CannotInline:
                 continue
             kernels = [fused.get(k.name, k) for i, k in enumerate(kernels) if i != pi]
+            inlined_checks.update(counts)
             changed = True
             break
     produced = {k.output.name for k in kernels}

@@ -354,7 +354,9 @@ def _covers(stage, index: Load) -> bool:
 
 
 def _flag_loads(stage, index: Load, cond, check_id):
-    """Before every statement that loads the index buffer, flag an out-of-range value."""
+    """Before every statement that loads the index buffer unconditionally, flag an
+    out-of-range value (``_covers`` has proven those loads reach every element, so loads
+    under an ``if`` need no flag of their own)."""
     check_vars = index.indices
 
     def flags_for(s):
@@ -373,8 +375,6 @@ def _flag_loads(stage, index: Load, cond, check_id):
             return replace(s, body=visit(s.body))
         if isinstance(s, Seq):
             return Seq(tuple(visit(x) for x in s.stmts))
-        if isinstance(s, If):
-            s = If(s.cond, visit(s.then), visit(s.orelse) if s.orelse is not None else None)
         flags = flags_for(s)
         return Seq(tuple(flags) + (s,)) if flags else s
 
@@ -399,8 +399,7 @@ def defer_index_checks(kernel: Kernel) -> Kernel:
             index, cond, check_id = parts
             for j in range(k + 1, len(stages)):
                 later = stages[j]
-                if isinstance(later, For) and later.kind == "deferred_check":
-                    continue
+                # Another check (deferred or not) in between would then report first.
                 if not isinstance(later, For) or _check_nest(later) is not None:
                     break
                 if _covers(later, index):
