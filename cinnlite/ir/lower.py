@@ -58,6 +58,10 @@ class IndexValue:
             self.index, self.valid = const(0), Const(False, bool_)
             return
         wrapped_neg = Select(Cmp("lt", v, const(0)), Binary("add", v, s), v)
+        if mode == "raise" and size & (size - 1) == 0:
+            # The check proves the range, so any in-bounds guard will do: on a power-of-two
+            # axis the wrap below is a mask, cheaper than a clamp, and equal on valid values.
+            mode = "wrap"
         if mode in ("raise", "clip"):
             # raise: the check nest has proven the range; clamping keeps memory safe regardless.
             self.index = minimum(maximum(wrapped_neg, const(0)), const(size - 1))
