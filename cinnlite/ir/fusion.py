@@ -11,13 +11,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .loopnest import Binary, Const, For, Kernel, Load, LoweredProgram, ReportIndexError, Seq, Store
+from .passes import kernel_stages
 from .transform import map_expr, map_stmt, stmt_exprs, walk_expr, walk_stmt
-
-
-def _stages(kernel):
-    from .passes import kernel_stages
-
-    return kernel_stages(kernel)
 
 
 def compute_definition(kernel: Kernel):
@@ -25,7 +20,7 @@ def compute_definition(kernel: Kernel):
     optional check stages) that stores every position of its output once; else None."""
     if not kernel.pure:
         return None
-    stages = _stages(kernel)
+    stages = kernel_stages(kernel)
     checks, nest = stages[:-1], stages[-1]
     if not all(any(isinstance(x, ReportIndexError) for x in walk_stmt(c)) for c in checks):
         return None
@@ -50,7 +45,7 @@ def _flat(indices, shape):
     return pos
 
 
-def _inline_loads(expr_fn_target: str, define, out_shape):
+def _inline_loads(expr_fn_target: str, define):
     """An expression rewriter replacing loads of ``expr_fn_target`` by the definition."""
     _, vars_, extents, store = define
 
@@ -111,9 +106,9 @@ def inline_computes(program: LoweredProgram, keep_index_buffers: bool = True) ->
             try:
                 fused, counts = {}, {}
                 for k in consumers:
-                    rewrite = _inline_loads(producer.output.name, define, producer.output.shape)
+                    rewrite = _inline_loads(producer.output.name, define)
                     body = map_stmt(k.body, rewrite)
-                    stages = _stages(replace(k, body=body))
+                    stages = kernel_stages(replace(k, body=body))
                     at = inlined_checks.get(k.name, 0)
                     body = Seq(stages[:at] + tuple(define[0]) + stages[at:])
                     counts[k.name] = at + len(define[0])

@@ -48,19 +48,6 @@ class Buffer:
 class Expr:
     dtype: DType
 
-    # Operator sugar keeps lowering readable; it builds the same frozen nodes.
-    def __add__(self, o): return Binary("add", self, as_expr(o, self.dtype))
-    def __sub__(self, o): return Binary("sub", self, as_expr(o, self.dtype))
-    def __mul__(self, o): return Binary("mul", self, as_expr(o, self.dtype))
-    def __radd__(self, o): return Binary("add", as_expr(o, self.dtype), self)
-    def __rmul__(self, o): return Binary("mul", as_expr(o, self.dtype), self)
-    def __lt__(self, o): return Cmp("lt", self, as_expr(o, self.dtype))
-    def __le__(self, o): return Cmp("le", self, as_expr(o, self.dtype))
-    def __gt__(self, o): return Cmp("gt", self, as_expr(o, self.dtype))
-    def __ge__(self, o): return Cmp("ge", self, as_expr(o, self.dtype))
-    def __and__(self, o): return Binary("and", self, o)
-    def __or__(self, o): return Binary("or", self, o)
-
 
 @dataclass(frozen=True, eq=False)
 class Const(Expr):
@@ -157,10 +144,6 @@ def const(value, dtype: DType = int64) -> Const:
     else:
         value = int(value)
     return Const(value, dtype)
-
-
-def select(cond, a, b) -> Expr:
-    return Select(cond, a, b)
 
 
 def minimum(a, b) -> Expr:

@@ -320,11 +320,7 @@ class Lowerer:
             total = Cast(wide, total) if wide != int64 else total
             mean = Cast(out.dtype, Binary("div", Cast(wide, Load(out, tuple(f))), total))
             stmts.append(loop_nest(f, out.shape, If(Cmp("gt", n, const(0)), Store(out, tuple(f), mean))))
-        body = Seq(tuple(stmts))
-        checks = ()
-        if node.attr("mode") == "raise" and index_buf.size > 0:
-            cid, nest = self.check_nest(node, index_buf, sizes, tuple_axis)
-            body, checks = Seq((nest, body)), (cid,)
+        body, checks = self._with_check(node, index_buf, sizes, Seq(tuple(stmts)), tuple_axis)
         return self._kernel(node, body, temps=temps, checks=checks, pure=False)
 
     def lower_scatter(self, node):

@@ -10,7 +10,7 @@ from dataclasses import replace
 from ..dtypes import bool_, int64
 from ..errors import CompileError
 from .loopnest import (Binary, Buffer, Cast, Cmp, Const, FlagIndexError, For, If, Kernel, Load,
-                       LoweredProgram, Reduce, ReportIndexError, Select, Seq, Store, Var)
+                       LoweredProgram, Reduce, ReportIndexError, Select, Seq, Store, Var, logical_and)
 from .transform import map_expr, map_stmt, stmt_exprs, walk_expr, walk_stmt
 
 # -- remove_unit_loops ------------------------------------------------------------------------
@@ -212,7 +212,7 @@ def _guard_rows(nest: For, row):
     """Wrap the body of the innermost loop that ``row`` depends on in
     ``if range_begin <= row < range_end``, so the guard runs once per update slice."""
     deps = _vars_of(row)
-    guard = logical_and_expr(Cmp("ge", row, RANGE_BEGIN), Cmp("lt", row, RANGE_END))
+    guard = logical_and(Cmp("ge", row, RANGE_BEGIN), Cmp("lt", row, RANGE_END))
 
     def visit(s, bound):
         if isinstance(s, For):
@@ -223,10 +223,6 @@ def _guard_rows(nest: For, row):
         raise AssertionError("row depends on variables outside the update nest")
 
     return visit(nest, frozenset())
-
-
-def logical_and_expr(a, b):
-    return Binary("and", a, b)
 
 
 def _schedule_stage(s):

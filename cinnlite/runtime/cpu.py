@@ -19,7 +19,7 @@ from ..codegen.llvm import ERROR, FLAGGED, OK, LLVMRenderer, stage_plan
 from ..errors import CompileError
 from ..ir.loopnest import LoweredProgram
 from ..ir.printer import program_str
-from .executable import POOL_MIN_BYTES, Executable
+from .executable import Executable
 
 _LOCK = threading.RLock()
 _INITIALISED = False
@@ -248,10 +248,8 @@ class CPUExecutable(Executable):
         ordered = self._ready_inputs(inputs) if self._fast else None
         if ordered is None:
             return super().__call__(**inputs)
-        pool = self._pool
-        args = [ordered[src] if kind == 0 else src if kind == 1 else
-                np.empty(src[0], src[1]) if src[2] < POOL_MIN_BYTES else pool.empty(*src)
-                for kind, src in self._plan]
+        empty = self._pool.empty
+        args = [ordered[src] if kind == 0 else src if kind == 1 else empty(*src) for kind, src in self._plan]
         # A per-thread error record: only read after a failed check has filled it.
         err = getattr(_ERR, "array", None)
         if err is None:
