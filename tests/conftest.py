@@ -12,8 +12,11 @@ def backend(request):
 def pytest_addoption(parser):
     """Options of the randomized differential test (tests/test_fuzz.py)."""
     group = parser.getgroup("cinnlite fuzz")
+    group.addoption("--fuzz-draws", type=int, default=None,
+                    help="programs the randomized differential test draws per backend "
+                         "(default: CINNLITE_FUZZ_DRAWS, else a fixed number: the same draws on every machine)")
     group.addoption("--fuzz-seconds", type=float, default=None,
-                    help="seconds the randomized differential test runs per backend "
-                         "(default: CINNLITE_FUZZ_SECONDS, else about 24 s shared by the backends)")
+                    help="soak run: keep drawing until this many seconds per backend are spent "
+                         "(default: CINNLITE_FUZZ_SECONDS, else off)")
     group.addoption("--fuzz-seed", type=int, default=None,
                     help="seed of the randomized differential test (default: CINNLITE_FUZZ_SEED, else fixed)")

@@ -100,3 +100,66 @@ def test_errors_of_several_fused_producers_keep_the_unfused_order(first):
         messages.append(str(info.value))
     assert messages[0] == messages[1] == messages[2]
     assert f"'{first}'" in messages[0]
+
+
+def _index_chain(consumer: str, axis_size: int):
+    """``consumer(x, take(rows, perm, mode="raise"))`` where ``x``'s indexed axis has
+    ``axis_size`` elements: every index the consumer sees is out of range when the axis is empty,
+    and in range or not when it has one element."""
+    b = NetBuilder(f"chain_{consumer}")
+    x_shape = (axis_size, 3)
+    rows = b.create_input("int64", (3, 2, 2) if consumer in ("gather_nd", "scatter_nd") else (3, 2), "idx_rows")
+    perm = b.create_input("int64", (2,), "idx_perm")
+    x = b.fill_constant(shape=x_shape, value=1.0, dtype="float32", name="x_made")
+    idx = b.take(rows, perm, axis=0, mode="raise", name="idx_made")
+    if consumer == "take":
+        out = b.take(x, idx, axis=0, mode="raise", name="out")
+    elif consumer == "gather":
+        out = b.gather(x, idx, axis=0, mode="raise", name="out")
+    elif consumer == "gather_nd":
+        out = b.gather_nd(x, idx, dims=[0, 1], index_layout="last", mode="raise", name="out")
+    elif consumer == "scatter":
+        src = b.fill_constant(shape=(2, 2), value=2.0, dtype="float32", name="src_made")
+        out = b.scatter(x, idx, src, axis=0, reduce="add", mode="raise", name="out")
+    else:
+        src = b.fill_constant(shape=(2, 2), value=2.0, dtype="float32", name="src_made")
+        out = b.scatter_nd(x, idx, src, dims=[0, 1], reduce="add", mode="raise", name="out")
+    return b.build(outputs=[out]), rows.shape
+
+
+@pytest.mark.parametrize("consumer", ["take", "gather", "gather_nd", "scatter", "scatter_nd"])
+@pytest.mark.parametrize("axis_size", [0, 1])
+@pytest.mark.parametrize("bad_at", [0, 1])
+def test_fused_raise_chain_blames_the_input_not_the_intermediate(backend, consumer, axis_size, bad_at):
+    """A raise-mode take computes the index of a raise-mode consumer whose indexed axis is empty
+    or has one element. The take's bad index comes first in program order, so the error names
+    the take and its input, fused or not, never the computed index."""
+    prog, rows_shape = _index_chain(consumer, axis_size)
+    perm = np.array([0, 0], np.int64)
+    perm[bad_at] = 5241456836771968094
+    args = dict(idx_rows=np.zeros(rows_shape, np.int64), idx_perm=perm)
+    messages = []
+    for fuse in (True, False):
+        with pytest.raises(cl.IndexOutOfRangeError) as info:
+            cl.compile(prog, target=backend, fuse=fuse, cache=False)(**args)
+        messages.append(str(info.value))
+    assert messages[0] == messages[1]
+    assert "'idx_perm'" in messages[0] and f"({bad_at},)" in messages[0]
+    assert "5241456836771968094" in messages[0] and "idx_made'" in messages[0]
+
+
+def test_fused_reproducer_from_a_randomized_draw_names_the_producer(backend):
+    """The shrunk draw on which fused and unfused errors once differed."""
+    b = NetBuilder("repro")
+    rows = b.create_input("int64", (3, 2, 2), "idx_rows")
+    perm = b.create_input("int64", (2,), "idx_perm")
+    x = b.fill_constant(shape=(0, 3), value=False, dtype="bool", name="x_made")
+    made = b.take(rows, perm, axis=0, mode="raise", name="idx_made")
+    out = b.gather_nd(x, made, mode="raise", dims=[0, 1], index_layout="last", name="out")
+    exe = cl.compile(b.build(outputs=[out]), target=backend, cache=False)
+    with pytest.raises(cl.IndexOutOfRangeError) as info:
+        exe.run({"idx_rows": np.zeros((3, 2, 2), np.int64),
+                 "idx_perm": np.array([5241456836771968094, -2035659344438825369])})
+    msg = str(info.value)
+    assert msg.startswith("take 'idx_made'") and "'idx_perm'" in msg and "(0,)" in msg
+    assert "5241456836771968094" in msg

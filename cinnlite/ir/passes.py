@@ -377,6 +377,11 @@ def _flag_loads(stage, index: Load, cond, check_id):
     return visit(stage)
 
 
+def _can_report(stage) -> bool:
+    """Whether running ``stage`` may report an index error."""
+    return any(isinstance(x, ReportIndexError) for x in walk_stmt(stage))
+
+
 def defer_index_checks(kernel: Kernel) -> Kernel:
     """Fold ``mode="raise"`` checks into the loop that reads the index anyway.
 
@@ -395,8 +400,9 @@ def defer_index_checks(kernel: Kernel) -> Kernel:
             index, cond, check_id = parts
             for j in range(k + 1, len(stages)):
                 later = stages[j]
-                # Another check (deferred or not) in between would then report first.
-                if not isinstance(later, For) or _check_nest(later) is not None:
+                # A stage that can report an error itself (a check nest, whatever its shape, or
+                # a deferred check) would then report before this check: the order is lost.
+                if not isinstance(later, For) or _can_report(later):
                     break
                 if _covers(later, index):
                     stages[j] = _flag_loads(later, index, cond, check_id)
