@@ -7,22 +7,33 @@ program, every stage's text and the machine code, so a hit in a new process skip
 LLVM optimisation and code generation.
 
 The directory is ``$CINNLITE_CACHE_DIR`` if set (``off`` disables the disk cache), else
-``$XDG_CACHE_HOME/cinnlite`` or ``~/.cache/cinnlite``. Entries are written to a temporary file
-and renamed into place, so concurrent writers never expose a partial entry; an entry that fails
-to load (damaged, truncated, from another version) is ignored, rebuilt and replaced.
+``$XDG_CACHE_HOME/cinnlite`` or ``~/.cache/cinnlite``. It holds the CPU entries,
+``<key[:2]>/<key>.entry``.
+
+Reading an entry runs no code. An entry is data only: the header ``CNLENTRY``, the format
+version and the length of the metadata (``<8sIQ``), the metadata as JSON (the stage texts and
+the lowered program, through the whitelist codec of :mod:`cinnlite.ir.codec`), then the raw
+bytes of the machine code and constant arrays, and at the end a seal: ``CINNLITE-SHA256``, a
+NUL and the SHA-256 of the key and everything before it. A file whose seal does not match
+(flipped bits, a truncated write, another key's file, another format) is a miss: it is compiled
+again and replaced, never executed.
+
+Entries are written to a temporary file and renamed into place, so concurrent writers never
+expose a partial entry.
 """
 from __future__ import annotations
 
 import hashlib
 import os
-import pickle
+import struct
 import tempfile
 import threading
 import weakref
 
+from ..ir import codec
 from ..ir.constant import ConstArray
 
-FORMAT = 1
+FORMAT = 2
 
 
 def cache_dir():
@@ -88,35 +99,97 @@ class MemoryCache:
             self._items.clear()
 
 
+# -- sealed files ------------------------------------------------------------------------------------
+
+SEAL_MAGIC = b"CINNLITE-SHA256\0"
+SEAL_SIZE = len(SEAL_MAGIC) + 32
+
+
+def _seal_digest(payload, key: str) -> bytes:
+    h = hashlib.sha256(key.encode())
+    h.update(b"\0")
+    h.update(payload)
+    return h.digest()
+
+
+def seal(payload: bytes, key: str) -> bytes:
+    """``payload`` followed by its seal: the magic and the SHA-256 of ``key`` and ``payload``.
+    Binding the key means a file copied under another key's name is as bad as a damaged one."""
+    return payload + SEAL_MAGIC + _seal_digest(payload, key)
+
+
+def unseal(data: bytes, key: str) -> memoryview | None:
+    """The payload of a file that ``seal`` wrote for ``key``, or None for anything else."""
+    if len(data) < SEAL_SIZE or data[-SEAL_SIZE:-32] != SEAL_MAGIC:
+        return None
+    payload = memoryview(data)[:-SEAL_SIZE]
+    return payload if _seal_digest(payload, key) == data[-32:] else None
+
+
+# -- CPU entries -------------------------------------------------------------------------------------
+
+ENTRY_MAGIC = b"CNLENTRY"
+_HEADER = struct.Struct("<8sIQ")  # magic, format version, length of the JSON metadata
+
+
+def pack_entry(key: str, meta: bytes, blob: bytes) -> bytes:
+    """The bytes of an entry file: header, metadata, blob, seal."""
+    return seal(_HEADER.pack(ENTRY_MAGIC, FORMAT, len(meta)) + meta + blob, key)
+
+
+def unpack_entry(data: bytes, key: str) -> tuple | None:
+    """(metadata, blob) of an entry file that ``pack_entry`` wrote for ``key``, else None."""
+    payload = unseal(data, key)
+    if payload is None or len(payload) < _HEADER.size:
+        return None
+    magic, version, meta_len = _HEADER.unpack_from(payload)
+    if magic != ENTRY_MAGIC or version != FORMAT or _HEADER.size + meta_len > len(payload):
+        return None
+    end = _HEADER.size + meta_len
+    return bytes(payload[_HEADER.size:end]), payload[end:]
+
+
 class DiskCache:
+    """The CPU entries of one cache directory: a dict of stage texts, the lowered program and
+    the machine code per key (see the module docstring for the file format)."""
+
     def __init__(self, directory: str):
         self.directory = directory
 
     def _path(self, key: str) -> str:
-        return os.path.join(self.directory, key[:2], key + ".pkl")
+        return os.path.join(self.directory, key[:2], key + ".entry")
 
-    def load(self, key: str):
-        """The entry for ``key``, or None when missing or unreadable."""
+    def load(self, key: str) -> dict | None:
+        """The entry for ``key``, or None when missing, unreadable, damaged or from another format."""
         try:
             with open(self._path(key), "rb") as f:
-                entry = pickle.load(f)
-        except FileNotFoundError:
+                data = f.read()
+        except OSError:
             return None
-        except Exception:  # a damaged entry is a miss; it gets rebuilt and replaced
+        parts = unpack_entry(data, key)
+        if parts is None:
             return None
-        if not isinstance(entry, dict) or entry.get("format") != FORMAT or entry.get("key") != key:
+        try:
+            value = codec.loads(*parts)
+        except codec.CodecError:
             return None
-        return entry
+        if type(value) is not dict or value.get("key") != key or type(value.get("fields")) is not dict:
+            return None
+        return value["fields"]
 
     def store(self, key: str, entry: dict) -> bool:
-        """Write atomically; a cache that cannot be written is skipped, never an error."""
+        """Write the entry atomically; a cache that cannot take it is skipped, never an error."""
+        try:
+            meta, blob = codec.dumps({"key": key, "fields": entry})
+        except codec.CodecError:  # a value the codec does not know: a bug that test_cache.py catches
+            return False
         path = self._path(key)
         try:
             os.makedirs(os.path.dirname(path), exist_ok=True)
             fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=os.path.dirname(path))
             try:
                 with os.fdopen(fd, "wb") as f:
-                    pickle.dump(dict(entry, format=FORMAT, key=key), f, protocol=pickle.HIGHEST_PROTOCOL)
+                    f.write(pack_entry(key, meta, blob))
                 os.replace(tmp, path)
             except BaseException:
                 try:
@@ -127,6 +200,12 @@ class DiskCache:
         except OSError:
             return False
         return True
+
+
+def disk_cache() -> DiskCache | None:
+    """The disk cache of the current ``cache_dir()``, or None when it is off."""
+    directory = cache_dir()
+    return DiskCache(directory) if directory else None
 
 
 MEMORY = MemoryCache()
