@@ -1,18 +1,22 @@
-"""The compile cache: memory hits, disk entries shared across processes, damaged entries, and
-the entry format (no code runs when an entry is read)."""
+"""The compile cache: memory hits, disk entries shared across processes, damaged entries, the
+entry format (no code runs when an entry is read), and going on without the disk when the cache
+directory cannot be used."""
 import builtins
+import errno
 import json
 import os
 import pickle
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import numpy as np
 import pytest
 
 import cinnlite as cl
 from cinnlite import NetBuilder
+from cinnlite.errors import CacheWarning
 from cinnlite.ir.loopnest import Var
 from cinnlite.runtime import cache as caches
 from cinnlite.runtime import cpu
@@ -133,7 +137,8 @@ def test_unwritable_cache_directory_is_not_an_error(tmp_path, monkeypatch):
     blocker.write_text("not a directory")
     monkeypatch.setenv("CINNLITE_CACHE_DIR", str(blocker / "cache"))
     caches.MEMORY.clear()
-    check(cl.compile(program()))
+    with pytest.warns(CacheWarning, match="Not a directory"):
+        check(cl.compile(program()))
 
 
 def test_constant_contents_are_part_of_the_key(cache_dir):
@@ -365,3 +370,64 @@ def test_an_entry_of_another_format_version_is_not_used(cache_dir, monkeypatch):
     assert caches.DiskCache(str(cache_dir)).store(key, exe.cache_entry())
     monkeypatch.undo()
     assert caches.DiskCache(str(cache_dir)).load(key) is None
+
+
+# -- a cache directory that cannot be used: one warning, and compiling goes on ---------------------------
+
+
+def cache_warnings(record):
+    return [str(w.message) for w in record if issubclass(w.category, CacheWarning)]
+
+
+@pytest.mark.parametrize("layout", ["parent_is_a_file", "is_a_file"])
+def test_a_file_where_the_directory_should_be_warns_once(tmp_path, monkeypatch, layout):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    directory = blocker / "cache" if layout == "parent_is_a_file" else blocker
+    monkeypatch.setenv("CINNLITE_CACHE_DIR", str(directory))
+    caches.MEMORY.clear()
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        check(cl.compile(program(4)), 4)
+        check(cl.compile(program(5)), 5)
+    (message,) = cache_warnings(record)
+    assert str(directory) in message
+    assert ("Not a directory" if layout == "parent_is_a_file" else "a file, not a directory") in message
+
+
+def fail_writes_into(directory, monkeypatch, code):
+    """Make every rename into ``directory`` fail as a full, read-only or forbidden disk would."""
+    real_replace = os.replace
+
+    def replace(src, dst, *args, **kwargs):
+        if str(dst).startswith(str(directory)):
+            raise OSError(code, os.strerror(code), str(dst))
+        return real_replace(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, "replace", replace)
+
+
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EROFS, errno.EACCES])
+def test_a_failing_write_warns_once_and_compiles_from_memory(cache_dir, monkeypatch, code):
+    fail_writes_into(cache_dir, monkeypatch, code)
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        exe = cl.compile(program(4))
+        check(exe, 4)
+        assert cl.compile(program(4)) is exe  # from memory
+        check(cl.compile(program(5)), 5)
+    (message,) = cache_warnings(record)
+    assert str(cache_dir) in message and os.strerror(code) in message
+    assert entries(cache_dir) == []  # no entry, and no temporary file left behind
+
+
+def test_a_directory_every_user_can_write_is_not_used(cache_dir):
+    cache_dir.mkdir()
+    cache_dir.chmod(0o777)
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        check(cl.compile(program(4)), 4)
+        check(cl.compile(program(5)), 5)
+    (message,) = cache_warnings(record)
+    assert str(cache_dir) in message and "every user" in message
+    assert list(cache_dir.iterdir()) == []

@@ -16,20 +16,31 @@ the lowered program, through the whitelist codec of :mod:`cinnlite.ir.codec`), t
 bytes of the machine code and constant arrays, and at the end a seal: ``CINNLITE-SHA256``, a
 NUL and the SHA-256 of the key and everything before it. A file whose seal does not match
 (flipped bits, a truncated write, another key's file, another format) is a miss: it is compiled
-again and replaced, never executed.
+again and replaced, never executed. The machine code itself is code, though: the directory must
+be writable by its user alone, and one that is owned by another user or writable by every user
+is not used.
 
 Entries are written to a temporary file and renamed into place, so concurrent writers never
 expose a partial entry.
+
+When the directory cannot be used (not a directory, not writable, full, read-only, not
+private), cinnlite warns once per directory with a :class:`~cinnlite.errors.CacheWarning`
+naming it and the reason, and goes on with what is in memory; a directory that can still be
+read is still read.
 """
 from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import struct
+import sys
 import tempfile
 import threading
+import warnings
 import weakref
 
+from ..errors import CacheWarning
 from ..ir import codec
 from ..ir.constant import ConstArray
 
@@ -43,6 +54,15 @@ def cache_dir():
         return None if env.strip().lower() in ("", "off", "0", "none") else env
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "cinnlite")
+
+
+def warn(message: str):
+    """A CacheWarning, attributed to the first caller outside cinnlite (the ``compile`` call)."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    level, frame = 1, sys._getframe(0)
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package + os.sep):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(CacheWarning(message), stacklevel=level)
 
 
 def _canonical(value) -> str:
@@ -126,6 +146,115 @@ def unseal(data: bytes, key: str) -> memoryview | None:
     return payload if _seal_digest(payload, key) == data[-32:] else None
 
 
+# -- the directory -----------------------------------------------------------------------------------
+
+_STATE_LOCK = threading.Lock()
+_PREPARED: set = set()  # directories checked and created by this process
+_BROKEN: dict = {}      # directory -> True when it can still be read, False when not even that
+
+
+class CacheDirectory:
+    """A cache directory shared by every process that uses it: atomic writes, and going on
+    without it (one warning) when it fails."""
+
+    def __init__(self, root: str):
+        self.root = root
+
+    def readable(self) -> bool:
+        return self._prepare() and _BROKEN.get(self.root, True)
+
+    def writable(self) -> bool:
+        return self._prepare() and self.root not in _BROKEN
+
+    def read(self, name: str) -> bytes | None:
+        """The contents of file ``name`` (a path relative to the root), or None."""
+        if not self.readable():
+            return None
+        try:
+            with open(os.path.join(self.root, name), "rb") as f:
+                return f.read()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            self._give_up(f"cannot read {name}", exc, readable=False)
+            return None
+
+    def write(self, name: str, data: bytes) -> str | None:
+        """Write file ``name`` atomically; the file's path, or None when the directory cannot be
+        written (warned about once)."""
+        if not self.writable():
+            return None
+        path = os.path.join(self.root, name)
+        folder = os.path.dirname(path)
+        try:
+            os.makedirs(folder, mode=0o700, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+                os.replace(tmp, path)
+            except BaseException:
+                _remove(tmp)
+                raise
+        except OSError as exc:
+            self._give_up(f"cannot write {name}", exc, readable=True)
+            return None
+        return path
+
+    def _prepare(self) -> bool:
+        """Create the directory (private to this user) or check the one that is there, once."""
+        if self.root in _PREPARED:
+            return True
+        if _BROKEN.get(self.root) is False:
+            return False
+        try:
+            os.makedirs(self.root, mode=0o700, exist_ok=True)
+            st = os.stat(self.root)
+        except FileExistsError:
+            self._give_up("it is a file, not a directory", None, readable=False)
+            return False
+        except OSError as exc:
+            self._give_up("cannot create it", exc, readable=False)
+            return False
+        problem = _not_private(st)
+        if problem:
+            self._give_up(problem, None, readable=False)
+            return False
+        with _STATE_LOCK:
+            _PREPARED.add(self.root)
+        return True
+
+    def _give_up(self, what: str, exc: OSError | None, readable: bool):
+        """Stop writing to (and, unless ``readable``, reading from) this directory in this
+        process, and say so once."""
+        with _STATE_LOCK:
+            first = self.root not in _BROKEN
+            _BROKEN[self.root] = _BROKEN.get(self.root, True) and readable
+            if not readable:
+                _PREPARED.discard(self.root)
+        if first:
+            reason = f"{what}: {exc.strerror or exc}" if exc is not None else what
+            warn(f"compile cache {self.root}: {reason}; compiled code is kept in memory only "
+                 f"(set CINNLITE_CACHE_DIR to another directory, or to off)")
+
+
+def _not_private(st) -> str | None:
+    """Why a cache directory with status ``st`` may hold code that someone else wrote."""
+    uid = getattr(os, "geteuid", lambda: st.st_uid)()
+    if st.st_uid != uid:
+        return f"it belongs to another user (uid {st.st_uid})"
+    if st.st_mode & stat.S_IWOTH:
+        return "every user can write to it"
+    return None
+
+
+def _remove(path: str):
+    try:
+        os.unlink(path)
+    except OSError:  # gone already, or not ours to remove
+        pass
+
+
 # -- CPU entries -------------------------------------------------------------------------------------
 
 ENTRY_MAGIC = b"CNLENTRY"
@@ -154,19 +283,16 @@ class DiskCache:
     the machine code per key (see the module docstring for the file format)."""
 
     def __init__(self, directory: str):
-        self.directory = directory
+        self.directory = CacheDirectory(directory)
 
-    def _path(self, key: str) -> str:
-        return os.path.join(self.directory, key[:2], key + ".entry")
+    @staticmethod
+    def _name(key: str) -> str:
+        return f"{key[:2]}/{key}.entry"
 
     def load(self, key: str) -> dict | None:
-        """The entry for ``key``, or None when missing, unreadable, damaged or from another format."""
-        try:
-            with open(self._path(key), "rb") as f:
-                data = f.read()
-        except OSError:
-            return None
-        parts = unpack_entry(data, key)
+        """The entry for ``key``, or None when missing, damaged or from another format."""
+        data = self.directory.read(self._name(key))
+        parts = unpack_entry(data, key) if data is not None else None
         if parts is None:
             return None
         try:
@@ -178,28 +304,13 @@ class DiskCache:
         return value["fields"]
 
     def store(self, key: str, entry: dict) -> bool:
-        """Write the entry atomically; a cache that cannot take it is skipped, never an error."""
+        """Write the entry atomically; False when the directory cannot take it."""
         try:
             meta, blob = codec.dumps({"key": key, "fields": entry})
-        except codec.CodecError:  # a value the codec does not know: a bug that test_cache.py catches
+        except codec.CodecError as exc:  # a value the codec does not know: a bug, not a disk problem
+            warn(f"compile cache: cannot store an entry: {exc}")
             return False
-        path = self._path(key)
-        try:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=os.path.dirname(path))
-            try:
-                with os.fdopen(fd, "wb") as f:
-                    f.write(pack_entry(key, meta, blob))
-                os.replace(tmp, path)
-            except BaseException:
-                try:
-                    os.unlink(tmp)
-                except OSError:
-                    pass
-                raise
-        except OSError:
-            return False
-        return True
+        return self.directory.write(self._name(key), pack_entry(key, meta, blob)) is not None
 
 
 def disk_cache() -> DiskCache | None:
