@@ -23,7 +23,7 @@ def compile(program: Program, target: str = "cpu", opt_level: int = 3, determini
     ``dump_passes`` keeps the loop nests after every pass as stages ``lowered:<pass>``.
     ``cache`` looks the program up in the in-memory and disk compile caches (see
     ``cinnlite.runtime.cache``; ``CINNLITE_CACHE_DIR`` moves or, set to ``off``, disables the
-    disk cache) and stores what it compiles there.
+    disk cache, ``CINNLITE_CACHE_MAX_BYTES`` bounds it) and stores what it compiles there.
     """
     if not isinstance(program, Program):
         raise CinnliteError(f"compile() takes a Program from NetBuilder.build(), got {type(program).__name__}")

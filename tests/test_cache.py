@@ -1,6 +1,6 @@
 """The compile cache: memory hits, disk entries shared across processes, damaged entries, the
-entry format (no code runs when an entry is read), and going on without the disk when the cache
-directory cannot be used."""
+entry format (no code runs when an entry is read), the size bound, and going on without the
+disk when the cache directory cannot be used."""
 import builtins
 import errno
 import json
@@ -9,6 +9,7 @@ import pickle
 import subprocess
 import sys
 import textwrap
+import time
 import warnings
 
 import numpy as np
@@ -370,6 +371,63 @@ def test_an_entry_of_another_format_version_is_not_used(cache_dir, monkeypatch):
     assert caches.DiskCache(str(cache_dir)).store(key, exe.cache_entry())
     monkeypatch.undo()
     assert caches.DiskCache(str(cache_dir)).load(key) is None
+
+
+# -- the size bound --------------------------------------------------------------------------------------
+
+
+def compile_new_entry(directory, width):
+    """Compile program(width); return the entry file it added."""
+    before = set(entries(directory))
+    check(cl.compile(program(width)), width)
+    (added,) = set(entries(directory)) - before
+    return added
+
+
+def set_last_use(path, seconds_ago):
+    when = time.time() - seconds_ago
+    os.utime(path, (when, when))
+
+
+def test_the_least_recently_used_entries_go_past_the_size_bound(cache_dir, monkeypatch):
+    files = {width: compile_new_entry(cache_dir, width) for width in (4, 5, 6)}
+    bound = int(3.5 * max(p.stat().st_size for p in files.values()))
+    monkeypatch.setenv("CINNLITE_CACHE_MAX_BYTES", str(bound))
+    for width, age in ((4, 3000), (5, 2000), (6, 1000)):
+        set_last_use(files[width], age)
+    caches.MEMORY.clear()
+    check(cl.compile(program(4)), 4)  # read from the disk: now the most recently used
+    files[7] = compile_new_entry(cache_dir, 7)  # a fourth entry passes the bound
+    assert not files[5].exists()
+    assert all(files[w].exists() for w in (4, 6, 7))
+    assert sum(p.stat().st_size for p in entries(cache_dir)) <= bound
+
+
+def test_the_bound_counts_emulation_libraries_and_spares_other_files(cache_dir, monkeypatch):
+    entry = compile_new_entry(cache_dir, 4)
+    size = entry.stat().st_size
+    library = cache_dir / "cuda-emu" / ("emu_" + "0" * 32 + ".so")
+    library.parent.mkdir()
+    library.write_bytes(b"\0" * 4 * size)
+    strangers = [cache_dir / "notes.txt", cache_dir / entry.parent.name / "notes.txt"]
+    for path in strangers:
+        path.write_bytes(b"\0" * 4 * size)
+    for path in [library, entry] + strangers:
+        set_last_use(path, 3600)
+    monkeypatch.setenv("CINNLITE_CACHE_MAX_BYTES", str(3 * size))
+    compile_new_entry(cache_dir, 5)
+    assert not library.exists()
+    assert entry.exists() and all(path.exists() for path in strangers)
+
+
+def test_the_size_bound_defaults_to_512_mib(monkeypatch):
+    monkeypatch.delenv("CINNLITE_CACHE_MAX_BYTES", raising=False)
+    assert caches.max_bytes() == caches.DEFAULT_MAX_BYTES == 512 * 2**20
+    monkeypatch.setenv("CINNLITE_CACHE_MAX_BYTES", "1000")
+    assert caches.max_bytes() == 1000
+    monkeypatch.setenv("CINNLITE_CACHE_MAX_BYTES", "lots")
+    with pytest.warns(CacheWarning, match="CINNLITE_CACHE_MAX_BYTES"):
+        assert caches.max_bytes() == caches.DEFAULT_MAX_BYTES
 
 
 # -- a cache directory that cannot be used: one warning, and compiling goes on ---------------------------

@@ -8,9 +8,9 @@ LLVM optimisation and code generation.
 
 The directory is ``$CINNLITE_CACHE_DIR`` if set (``off`` disables the disk cache), else
 ``$XDG_CACHE_HOME/cinnlite`` or ``~/.cache/cinnlite``. It holds the CPU entries,
-``<key[:2]>/<key>.entry``.
+``<key[:2]>/<key>.entry``, and the libraries of the CUDA emulation, ``cuda-emu/emu_<key>.so``.
 
-Reading an entry runs no code. An entry is data only: the header ``CNLENTRY``, the format
+Reading an entry runs no code. A CPU entry is data only: the header ``CNLENTRY``, the format
 version and the length of the metadata (``<8sIQ``), the metadata as JSON (the stage texts and
 the lowered program, through the whitelist codec of :mod:`cinnlite.ir.codec`), then the raw
 bytes of the machine code and constant arrays, and at the end a seal: ``CINNLITE-SHA256``, a
@@ -20,8 +20,13 @@ again and replaced, never executed. The machine code itself is code, though: the
 be writable by its user alone, and one that is owned by another user or writable by every user
 is not used.
 
-Entries are written to a temporary file and renamed into place, so concurrent writers never
-expose a partial entry.
+Files are written to a temporary file and renamed into place, so concurrent writers never
+expose a partial file. Loading an entry sets its modification time, which serves as its last
+use (access times are unreliable: ``relatime``, ``noatime``). After each write, when the cache
+holds more than ``$CINNLITE_CACHE_MAX_BYTES`` (default 512 MiB), the least recently used
+files go until it fits again, except files used in the last minute, which another process may
+be about to load. Only cinnlite's own files count or go; temporary files that a crashed writer
+left go after a day.
 
 When the directory cannot be used (not a directory, not writable, full, read-only, not
 private), cinnlite warns once per directory with a :class:`~cinnlite.errors.CacheWarning`
@@ -32,11 +37,13 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import stat
 import struct
 import sys
 import tempfile
 import threading
+import time
 import warnings
 import weakref
 
@@ -45,6 +52,11 @@ from ..ir import codec
 from ..ir.constant import ConstArray
 
 FORMAT = 2
+DEFAULT_MAX_BYTES = 512 * 2**20
+#: Files used more recently than this stay whatever the bound: a process may be about to load one.
+RECENT_USE_SECONDS = 60
+#: A temporary file older than this was left by a writer that died.
+STALE_TEMPORARY_SECONDS = 24 * 3600
 
 
 def cache_dir():
@@ -54,6 +66,22 @@ def cache_dir():
         return None if env.strip().lower() in ("", "off", "0", "none") else env
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "cinnlite")
+
+
+def max_bytes() -> int:
+    """The size bound of the disk cache: ``$CINNLITE_CACHE_MAX_BYTES`` bytes, default 512 MiB."""
+    env = os.environ.get("CINNLITE_CACHE_MAX_BYTES")
+    if env is None or not env.strip():
+        return DEFAULT_MAX_BYTES
+    try:
+        value = int(env)
+    except ValueError:
+        value = -1
+    if value < 0:
+        warn(f"CINNLITE_CACHE_MAX_BYTES={env!r} is not a number of bytes; the compile cache is bounded to the "
+             f"default {DEFAULT_MAX_BYTES} bytes")
+        return DEFAULT_MAX_BYTES
+    return value
 
 
 def warn(message: str):
@@ -151,11 +179,14 @@ def unseal(data: bytes, key: str) -> memoryview | None:
 _STATE_LOCK = threading.Lock()
 _PREPARED: set = set()  # directories checked and created by this process
 _BROKEN: dict = {}      # directory -> True when it can still be read, False when not even that
+#: The files the size bound counts and may remove: nothing else in the directory is touched.
+_OWN_FOLDER = re.compile(r"[0-9a-f]{2}|cuda-emu")
+_OWN_FILE = re.compile(r"[0-9a-f]{2}/[0-9a-f]{64}\.(entry|pkl)|cuda-emu/emu_[0-9a-f]{32}\.so")
 
 
 class CacheDirectory:
-    """A cache directory shared by every process that uses it: atomic writes, and going on
-    without it (one warning) when it fails."""
+    """A cache directory shared by every process that uses it: atomic writes, reads that mark a
+    file's last use, the size bound, and going on without it (one warning) when it fails."""
 
     def __init__(self, root: str):
         self.root = root
@@ -179,9 +210,16 @@ class CacheDirectory:
             self._give_up(f"cannot read {name}", exc, readable=False)
             return None
 
+    def touch(self, name: str):
+        """Mark file ``name`` as just used, for the size bound (a read-only cache keeps its order)."""
+        try:
+            os.utime(os.path.join(self.root, name))
+        except OSError:
+            pass
+
     def write(self, name: str, data: bytes) -> str | None:
-        """Write file ``name`` atomically; the file's path, or None when the directory cannot be
-        written (warned about once)."""
+        """Write file ``name`` atomically and keep the cache within its bound; the file's path, or
+        None when the directory cannot be written (warned about once)."""
         if not self.writable():
             return None
         path = os.path.join(self.root, name)
@@ -199,7 +237,48 @@ class CacheDirectory:
         except OSError as exc:
             self._give_up(f"cannot write {name}", exc, readable=True)
             return None
+        self.evict(keep=path)
         return path
+
+    def evict(self, keep: str | None = None):
+        """Remove least recently used files until the cache fits in ``max_bytes()``."""
+        limit, now = max_bytes(), time.time()
+        files, total = [], 0
+        for name, path, st in self._own_files():
+            if os.path.basename(name).startswith(".tmp-"):
+                if now - st.st_mtime > STALE_TEMPORARY_SECONDS:
+                    _remove(path)
+                continue
+            total += st.st_size
+            if path != keep and now - st.st_mtime > RECENT_USE_SECONDS:
+                files.append((st.st_mtime, st.st_size, path))
+        for _, size, path in sorted(files):
+            if total <= limit:
+                break
+            _remove(path)
+            total -= size
+
+    def _own_files(self):
+        """(name, path, stat) of cinnlite's files and temporary files; nothing else."""
+        try:
+            folders = [e.name for e in os.scandir(self.root) if _OWN_FOLDER.fullmatch(e.name)]
+        except OSError:
+            return
+        for folder in folders:
+            try:
+                found = list(os.scandir(os.path.join(self.root, folder)))
+            except OSError:  # not a folder after all, or gone
+                continue
+            for e in found:
+                name = f"{folder}/{e.name}"
+                if not (_OWN_FILE.fullmatch(name) or e.name.startswith(".tmp-")):
+                    continue
+                try:
+                    st = e.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                if stat.S_ISREG(st.st_mode):
+                    yield name, e.path, st
 
     def _prepare(self) -> bool:
         """Create the directory (private to this user) or check the one that is there, once."""
@@ -251,7 +330,7 @@ def _not_private(st) -> str | None:
 def _remove(path: str):
     try:
         os.unlink(path)
-    except OSError:  # gone already, or not ours to remove
+    except OSError:  # gone already (another process evicted it), or not ours to remove
         pass
 
 
@@ -301,6 +380,7 @@ class DiskCache:
             return None
         if type(value) is not dict or value.get("key") != key or type(value.get("fields")) is not dict:
             return None
+        self.directory.touch(self._name(key))
         return value["fields"]
 
     def store(self, key: str, entry: dict) -> bool:
