@@ -1,6 +1,6 @@
 """The compile cache: memory hits, disk entries shared across processes, damaged entries, the
-entry format (no code runs when an entry is read), the size bound, and going on without the
-disk when the cache directory cannot be used."""
+entry format (no code runs when an entry is read), the size bound, the emulation's libraries, and
+going on without the disk when the cache directory cannot be used."""
 import builtins
 import errno
 import json
@@ -430,6 +430,48 @@ def test_the_size_bound_defaults_to_512_mib(monkeypatch):
         assert caches.max_bytes() == caches.DEFAULT_MAX_BYTES
 
 
+# -- the emulation's libraries ---------------------------------------------------------------------------
+
+
+def emu_program():
+    b = NetBuilder("emu_cached")
+    x = b.create_input("float32", (4,), "x")
+    i = b.create_input("int64", (3,), "i")
+    return b.build([b.take(x, i)])
+
+
+def check_emu(exe):
+    np.testing.assert_array_equal(exe(x=np.arange(4, dtype=np.float32), i=np.array([3, -4, 1])), [3, 0, 1])
+
+
+EMU_CHILD = textwrap.dedent("""
+    import sys
+    sys.path.insert(0, %r)
+    import cinnlite as cl
+    from test_cache import emu_program, check_emu
+    exe = cl.compile(emu_program(), target="cuda-emu")
+    check_emu(exe)
+    print(exe._library_path)
+""" % os.path.dirname(__file__))
+
+
+@pytest.mark.parametrize("how", ["truncated", "every_instruction_a_trap"])
+def test_a_damaged_emulation_library_is_rebuilt_not_loaded(cache_dir, how):
+    """In a new process, which has not loaded the library yet (a crash fails the test)."""
+    path = cl.compile(emu_program(), target="cuda-emu")._library_path
+    data = bytearray(path.read_bytes())
+    if how == "truncated":
+        del data[len(data) // 2:]
+    else:
+        text, size = text_section(bytes(data))
+        data[text:text + size] = b"\xcc" * size
+    path.write_bytes(bytes(data))
+    child = in_new_process(EMU_CHILD, cache_dir)
+    assert child.returncode == 0, f"rc={child.returncode}\n{child.stderr[-3000:]}"
+    assert child.stdout.strip() == str(path)
+    assert path.read_bytes() != bytes(data)  # rebuilt in place
+
+
 # -- a cache directory that cannot be used: one warning, and compiling goes on ---------------------------
 
 
@@ -477,6 +519,17 @@ def test_a_failing_write_warns_once_and_compiles_from_memory(cache_dir, monkeypa
     (message,) = cache_warnings(record)
     assert str(cache_dir) in message and os.strerror(code) in message
     assert entries(cache_dir) == []  # no entry, and no temporary file left behind
+
+
+def test_the_emulation_goes_on_without_a_writable_cache(cache_dir, monkeypatch):
+    fail_writes_into(cache_dir, monkeypatch, errno.EROFS)
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        exe = cl.compile(emu_program(), target="cuda-emu")
+        check_emu(exe)
+    (message,) = cache_warnings(record)
+    assert str(cache_dir) in message and os.strerror(errno.EROFS) in message
+    assert cache_dir not in exe._library_path.parents
 
 
 def test_a_directory_every_user_can_write_is_not_used(cache_dir):

@@ -13,12 +13,12 @@ The directory is ``$CINNLITE_CACHE_DIR`` if set (``off`` disables the disk cache
 Reading an entry runs no code. A CPU entry is data only: the header ``CNLENTRY``, the format
 version and the length of the metadata (``<8sIQ``), the metadata as JSON (the stage texts and
 the lowered program, through the whitelist codec of :mod:`cinnlite.ir.codec`), then the raw
-bytes of the machine code and constant arrays, and at the end a seal: ``CINNLITE-SHA256``, a
-NUL and the SHA-256 of the key and everything before it. A file whose seal does not match
-(flipped bits, a truncated write, another key's file, another format) is a miss: it is compiled
-again and replaced, never executed. The machine code itself is code, though: the directory must
-be writable by its user alone, and one that is owned by another user or writable by every user
-is not used.
+bytes of the machine code and constant arrays. Every cached file, entries and libraries alike,
+ends in a seal: ``CINNLITE-SHA256``, a NUL and the SHA-256 of the key and everything before
+it. A file whose seal does not match (flipped bits, a truncated write, another key's file,
+another format) is a miss: it is compiled again and replaced, never executed. The machine code
+itself is code, though: the directory must be writable by its user alone, and one that is
+owned by another user or writable by every user is not used.
 
 Files are written to a temporary file and renamed into place, so concurrent writers never
 expose a partial file. Loading an entry sets its modification time, which serves as its last
@@ -162,7 +162,9 @@ def _seal_digest(payload, key: str) -> bytes:
 
 def seal(payload: bytes, key: str) -> bytes:
     """``payload`` followed by its seal: the magic and the SHA-256 of ``key`` and ``payload``.
-    Binding the key means a file copied under another key's name is as bad as a damaged one."""
+    Binding the key means a file copied under another key's name is as bad as a damaged one.
+    (A shared library still loads with the seal after it: the loader reads only what the ELF
+    headers point to.)"""
     return payload + SEAL_MAGIC + _seal_digest(payload, key)
 
 
