@@ -23,7 +23,7 @@ def compile(program: Program, target: str = "cpu", opt_level: int = 3, determini
     ``dump_passes`` keeps the loop nests after every pass as stages ``lowered:<pass>``.
     ``cache`` looks the program up in the in-memory and disk compile caches (see
     ``cinnlite.runtime.cache``; ``CINNLITE_CACHE_DIR`` moves or, set to ``off``, disables the
-    disk cache) and stores what it compiles there.
+    disk cache, ``CINNLITE_CACHE_MAX_BYTES`` bounds it) and stores what it compiles there.
     """
     if not isinstance(program, Program):
         raise CinnliteError(f"compile() takes a Program from NetBuilder.build(), got {type(program).__name__}")
@@ -51,17 +51,11 @@ def _compile_cpu(program, opt_level, threads, fuse, use_cache, dump_passes):
         exe = caches.MEMORY.get((key, threads))
         if exe is not None:
             return exe
-        directory = caches.cache_dir()
-        disk = caches.DiskCache(directory) if directory else None
-        entry = disk.load(key) if disk else None
-        if entry is not None:
-            try:
-                exe = CPUExecutable(program, entry["lowered"], opt_level=opt_level, threads=threads, cached=entry)
-            except Exception:  # an entry that does not rebuild is damaged: compile afresh
-                exe = None
-            if exe is not None:
-                caches.MEMORY.put((key, threads), exe)
-                return exe
+        disk = caches.disk_cache()
+        exe = _from_disk(disk, key, program, opt_level, threads) if disk is not None else None
+        if exe is not None:
+            caches.MEMORY.put((key, threads), exe)
+            return exe
     lowered = lower_program(program)
     if fuse:
         lowered = inline_computes(lowered, keep_index_buffers=False)  # the CPU reports bad values
@@ -74,3 +68,16 @@ def _compile_cpu(program, opt_level, threads, fuse, use_cache, dump_passes):
         if disk is not None and entry is not None:
             disk.store(key, entry)
     return exe
+
+
+def _from_disk(disk, key, program, opt_level, threads):
+    """The executable of a disk entry, or None. The entry's seal has been checked, so it is what
+    some cinnlite wrote under this key; one that still does not rebuild (a foreign writer, a
+    layout this version does not expect) is a miss, compiled again and replaced."""
+    entry = disk.load(key)
+    if entry is None:
+        return None
+    try:
+        return CPUExecutable(program, entry["lowered"], opt_level=opt_level, threads=threads, cached=entry)
+    except Exception:  # noqa: BLE001 - any failure to rebuild means: compile afresh
+        return None

@@ -63,3 +63,9 @@ class TargetUnavailableError(CinnliteError, RuntimeError):
 
 class CompileError(CinnliteError, RuntimeError):
     """A backend compiler (LLVM, NVRTC, the host C++ compiler) rejected generated code."""
+
+
+class CacheWarning(UserWarning):
+    """The disk compile cache cannot be used (a directory that cannot be written or read, a full
+    disk, a directory other users can write). Compiling goes on without it; the message names
+    the directory and the reason."""

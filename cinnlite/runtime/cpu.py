@@ -184,6 +184,12 @@ class CPUExecutable(Executable):
             address = engine.get_function_address(renderer.entry)
             plan = [info for info, _ in stage_plan(lowered)]
             stages = [(info, _STAGE(engine.get_function_address(info.symbol))) for info in plan]
+            if cached is not None:  # never call address 0: a cached object must define every function
+                symbols = [renderer.entry] + [info.symbol for info in plan]
+                symbols += [renderer.objects_entry] if offset is not None else []
+                missing = [name for name in symbols if not engine.get_function_address(name)]
+                if missing:
+                    raise CompileError(f"the cached machine code lacks {', '.join(missing)}")
         self._tm, self._engine, self._module = tm, engine, module
         self._object_code = objects.get("obj")
         self._offset = offset

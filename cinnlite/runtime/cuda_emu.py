@@ -7,7 +7,9 @@ launcher (``emu_launcher.cpp.j2``) that runs every launch of the plan in order, 
 every thread one after another. It is built with the host C++ compiler (``$CXX``, else the first
 of g++, c++, clang++ on PATH) into a shared library cached by content hash in
 ``cuda-emu/`` of cinnlite's cache directory (``$CINNLITE_CACHE_DIR``, else ``~/.cache/cinnlite``),
-and called through ctypes.
+and called through ctypes. A cached library carries a seal (see :mod:`cinnlite.runtime.cache`):
+one whose seal does not match, damaged or truncated, is built again and replaced, never loaded.
+Where the cache cannot take a library, it stays in a private directory of the process.
 
 The grid: ``exe.max_blocks = None`` (the default) gives every work item a thread of its own, and
 runs launches of more than 2**22 items on a single thread, whose grid-stride loop walks memory in
@@ -18,6 +20,7 @@ atomics combine in another order; ``exe.max_blocks = 0`` gives every item its ow
 """
 from __future__ import annotations
 
+import atexit
 import ctypes
 import hashlib
 import os
@@ -33,7 +36,7 @@ import numpy as np
 
 from ..codegen.cuda import render_emu_launcher
 from ..errors import CompileError, TargetUnavailableError
-from .cache import cache_dir as cinnlite_cache_dir
+from . import cache as caches
 from .cuda import CUDABaseExecutable
 
 PRELUDE = Path(__file__).with_name("cuda_emu_prelude.h")
@@ -42,6 +45,7 @@ CXXFLAGS = ("-std=c++17", "-O1", "-shared", "-fPIC", "-fwrapv", "-ffp-contract=o
             "-w")
 _LOCKS_LOCK = threading.Lock()
 _PROCESS_DIR = None
+LIBRARY_FOLDER = "cuda-emu"
 _ENTRY = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_longlong)
 
 
@@ -70,23 +74,15 @@ def _compiler_identity(cmd: tuple) -> str:
         return ""
 
 
-def cache_dir() -> Path:
-    """Where built libraries go: ``cuda-emu/`` in cinnlite's cache directory (see
-    :mod:`cinnlite.runtime.cache`), or a temporary directory of this process when the disk cache
-    is off or not writable (the library has to be a file for the dynamic loader)."""
+def process_dir() -> Path:
+    """A private directory of this process, removed at exit: libraries are built there, and stay
+    there when the disk cache is off or cannot take them (the dynamic loader needs a file)."""
     global _PROCESS_DIR
-    root = cinnlite_cache_dir()
-    if root is not None:
-        path = Path(root) / "cuda-emu"
-        try:
-            path.mkdir(parents=True, exist_ok=True)
-            if os.access(path, os.W_OK):
-                return path
-        except OSError:
-            pass
-    if _PROCESS_DIR is None:
-        _PROCESS_DIR = Path(tempfile.mkdtemp(prefix="cinnlite-cuda-emu-"))
-    return _PROCESS_DIR
+    with _LOCKS_LOCK:
+        if _PROCESS_DIR is None:
+            _PROCESS_DIR = Path(tempfile.mkdtemp(prefix="cinnlite-cuda-emu-"))
+            atexit.register(shutil.rmtree, _PROCESS_DIR, True)
+        return _PROCESS_DIR
 
 
 def translation_unit(cuda_source: str, launcher: str) -> str:
@@ -96,31 +92,42 @@ def translation_unit(cuda_source: str, launcher: str) -> str:
 
 
 class LibraryBuild:
-    """A shared library being built (or found in the cache): ``start_build`` starts the host
+    """A shared library being built (or found in the cache): the constructor starts the host
     compiler and returns at once, so the caller can work while it runs; ``wait`` gives the
     library's path."""
 
     def __init__(self, text: str):
         cmd = host_compiler()
-        key = hashlib.sha256("\0".join([_compiler_identity(tuple(cmd)), " ".join(cmd), " ".join(CXXFLAGS), text])
-                             .encode()).hexdigest()[:32]
-        directory = cache_dir()
-        self.path = directory / f"emu_{key}.so"
+        self.key = hashlib.sha256("\0".join([_compiler_identity(tuple(cmd)), " ".join(cmd), " ".join(CXXFLAGS), text])
+                                  .encode()).hexdigest()[:32]
+        self._name = f"{LIBRARY_FOLDER}/emu_{self.key}.so"
+        root = caches.cache_dir()
+        self._cache = caches.CacheDirectory(root) if root is not None else None
         self._proc = self._tmp = None
-        if self.path.exists():
+        self.path = self._cached()
+        if self.path is not None:
             return
-        # Concurrent builders of one key each compile in their own directory; the atomic rename
-        # leaves a whole file whoever finishes last.
-        self._tmp = tempfile.TemporaryDirectory(dir=directory)
-        src = Path(self._tmp.name) / "kernels.cpp"
-        src.write_text(text)
-        self._out = Path(self._tmp.name) / "kernels.so"
+        # Concurrent builders of one key each compile in a directory of their own; the cache's
+        # atomic rename leaves a whole file whoever finishes last.
         try:
+            self._tmp = tempfile.TemporaryDirectory(dir=process_dir())
+            src = Path(self._tmp.name) / "kernels.cpp"
+            self._out = Path(self._tmp.name) / "kernels.so"
+            src.write_text(text)
             self._proc = subprocess.Popen(cmd + list(CXXFLAGS) + ["-o", str(self._out), str(src)],
                                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         except OSError as exc:
-            self._tmp.cleanup()
+            if self._tmp is not None:
+                self._tmp.cleanup()
             raise TargetUnavailableError(f"target 'cuda-emu': running the host C++ compiler failed: {exc}") from exc
+
+    def _cached(self) -> Path | None:
+        """The library in the disk cache, if it is there and whole (its seal matches)."""
+        data = self._cache.read(self._name) if self._cache is not None else None
+        if data is None or caches.unseal(data, self.key) is None:
+            return None
+        self._cache.touch(self._name)
+        return Path(self._cache.root) / self._name
 
     def wait(self) -> Path:
         if self._proc is None:
@@ -129,15 +136,28 @@ class LibraryBuild:
             _, stderr = self._proc.communicate(timeout=600)
             if self._proc.returncode != 0:
                 raise CompileError(f"the host C++ compiler rejected the emulated CUDA C:\n{stderr[-4000:]}")
-            os.replace(self._out, self.path)
+            self.path = self._keep(caches.seal(self._out.read_bytes(), self.key))
         except subprocess.TimeoutExpired as exc:
             self._proc.kill()
             self._proc.communicate()
             raise TargetUnavailableError("target 'cuda-emu': the host C++ compiler took over 600 s") from exc
+        except OSError as exc:
+            raise TargetUnavailableError(f"target 'cuda-emu': cannot keep the built library: {exc}") from exc
         finally:
             self._proc = None
             self._tmp.cleanup()
         return self.path
+
+    def _keep(self, sealed: bytes) -> Path:
+        """Put the sealed library into the disk cache, or where it cannot go, into the process's
+        private directory."""
+        path = self._cache.write(self._name, sealed) if self._cache is not None else None
+        if path is not None:
+            return Path(path)
+        staged, private = Path(self._tmp.name) / "sealed.so", process_dir() / Path(self._name).name
+        staged.write_bytes(sealed)
+        os.replace(staged, private)
+        return private
 
 
 def build_library(text: str) -> Path:
