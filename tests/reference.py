@@ -14,9 +14,9 @@ Conventions shared by every function:
 - Scatter reductions are computed in the data dtype, one update at a time: integer ``add`` and
   ``mul`` wrap around like numpy arrays do; float ``max``/``min`` propagate NaN like
   ``np.maximum``/``np.minimum``; ``mean`` is ``(x + sum of updates) / (1 + count)`` on the
-  elements some update touched: the sum accumulates in the data dtype like ``add``, then is
-  divided by the exact count (which need not fit the data dtype), correctly rounded for floats
-  and rounded toward zero for integers.
+  elements some update touched: the sum accumulates in a wide type (float32 for float16 data,
+  float64 for float32 and float64, int64 wrapping around for integers), then is divided by the
+  exact count, rounded once to the data dtype (toward zero for integers).
 """
 from __future__ import annotations
 
@@ -24,6 +24,8 @@ import numpy as np
 
 MODES = ("raise", "clip", "wrap", "fill")
 REDUCTIONS = ("none", "add", "mul", "max", "min", "mean")
+#: The type a mean's sum accumulates in, for float data; integer data sums in int64.
+MEAN_SUM_DTYPES = {"float16": np.float32, "float32": np.float64, "float64": np.float64}
 INDEX_LAYOUTS = ("last", "first")
 
 
@@ -179,16 +181,21 @@ def gather_nd(x, index, batch_dims=0, dims=None, index_layout="last", mode="rais
 
 
 class _Accumulator:
-    """``out`` starts as a copy of ``x``; ``update`` combines one value into one element."""
+    """``out`` starts as a copy of ``x`` (for ``mean``, converted to the wide sum type);
+    ``update`` combines one value into one element."""
 
     def __init__(self, x, reduce):
         _check_reduce(reduce, x.dtype)
         self.reduce = reduce
-        self.out = np.array(x, copy=True)
+        self.original = np.array(x, copy=True)
+        wide = MEAN_SUM_DTYPES.get(x.dtype.name, np.int64) if reduce == "mean" else x.dtype
+        self.out = self.original.astype(wide)  # always a copy
         self.count = np.zeros(x.shape, dtype=np.int64)
 
     def update(self, target, value):
         old = self.out[target]
+        if self.reduce == "mean":
+            value = self.out.dtype.type(value)
         with np.errstate(all="ignore"):
             if self.reduce == "none":
                 new = value
@@ -206,22 +213,21 @@ class _Accumulator:
     def result(self):
         if self.reduce != "mean":
             return self.out
-        dtype = self.out.dtype
+        dtype, sums, out = self.original.dtype, self.out, self.original  # untouched: x
         for t in np.ndindex(self.count.shape):
             if self.count[t] == 0:
-                continue  # untouched elements keep their value
+                continue
             n = int(self.count[t]) + 1  # the original value and every update
-            total = self.out[t]
+            total = sums[t]
             if dtype.kind == "f":
-                # float64 holds every float16/float32 quotient's rounding exactly enough that
-                # rounding it again to the data dtype gives the correctly rounded quotient.
+                # The quotient of the wide sum, rounded to float64 and then to the data dtype.
                 with np.errstate(all="ignore"):
-                    self.out[t] = np.array(np.float64(total) / np.float64(n)).astype(dtype)
+                    out[t] = np.array(np.float64(total) / np.float64(n)).astype(dtype)
             else:
                 a = int(total)
                 quotient = abs(a) // n  # rounds toward zero
-                self.out[t] = np.array(-quotient if a < 0 else quotient).astype(dtype)
-        return self.out
+                out[t] = np.array(-quotient if a < 0 else quotient).astype(dtype)
+        return out
 
 
 def scatter(x, index, src, axis=0, reduce="none", mode="raise"):

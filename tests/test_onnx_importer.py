@@ -415,3 +415,135 @@ def test_a_clear_error_when_onnx_is_missing(monkeypatch):
     monkeypatch.setitem(sys.modules, "onnx", None)   # makes `import onnx` raise ImportError
     with pytest.raises(OnnxNotInstalledError, match=r"pip install 'cinnlite\[onnx\]'"):
         from_onnx("model.onnx")
+
+
+# -- attributes: every one read by its ONNX type ----------------------------------------------------
+
+
+def raw_attribute(name, attr_type, **fields):
+    """An AttributeProto built field by field, as a damaged or hand-written model may hold it."""
+    attr = onnx.AttributeProto(name=name, type=attr_type)
+    for key, value in fields.items():
+        if isinstance(value, list):
+            getattr(attr, key).extend(value)
+        elif isinstance(value, onnx.TensorProto):
+            getattr(attr, key).CopyFrom(value)
+        else:
+            setattr(attr, key, value)
+    return attr
+
+
+def node_with(op, inputs, attributes, name="n"):
+    node = helper.make_node(op, inputs, ["y"], name=name)
+    node.attribute.extend(attributes)
+    return node
+
+
+GATHER_IO = [vi("x", F32, (3, 4)), vi("i", I64, (2, 4))]
+SCATTER_IO = [vi("x", F32, (3, 4)), vi("i", I64, (2, 4)), vi("u", F32, (2, 4))]
+SCATTER_ND_IO = [vi("x", F32, (3, 4)), vi("i", I64, (2, 1)), vi("u", F32, (2, 4))]
+CACHE_IO = [vi("past", F32, (2, 5, 3)), vi("update", F32, (2, 2, 3))]
+A = helper.make_attribute
+BAD_UTF8 = b"\xff\xfeadd"
+
+# (id, op, opset, inputs, attributes, attribute named in the error, what the error says of it)
+BAD_ATTRIBUTES = [
+    ("gather-axis-float", "Gather", 13, GATHER_IO, [A("axis", 1.5)], "axis", "must be an INT, got a FLOAT"),
+    ("gather-axis-string", "Gather", 13, GATHER_IO, [A("axis", "1")], "axis", "must be an INT, got a STRING"),
+    ("gather-axis-undefined", "Gather", 13, GATHER_IO, [raw_attribute("axis", onnx.AttributeProto.UNDEFINED, i=1)],
+     "axis", "has no type"),
+    ("gather-axis-repeated", "Gather", 1, GATHER_IO, [A("axis", 0), A("axis", 1)], "axis", "is given 2 times"),
+    ("gather-elements-axis-ints", "GatherElements", 13, GATHER_IO, [A("axis", [0])], "axis",
+     "must be an INT, got INTS"),
+    ("gather-nd-batch-dims-float", "GatherND", 12, [vi("x", F32, (3, 4)), vi("i", I64, (3, 1))],
+     [A("batch_dims", 1.0)], "batch_dims", "must be an INT, got a FLOAT"),
+    ("scatter-axis-float", "Scatter", 9, SCATTER_IO, [A("axis", 0.0)], "axis", "must be an INT, got a FLOAT"),
+    ("scatter-elements-axis-string", "ScatterElements", 13, SCATTER_IO, [A("axis", "0")], "axis",
+     "must be an INT, got a STRING"),
+    ("scatter-elements-reduction-int", "ScatterElements", 18, SCATTER_IO, [A("reduction", 1)], "reduction",
+     "must be a STRING, got an INT"),
+    ("scatter-elements-reduction-bytes", "ScatterElements", 18, SCATTER_IO, [A("reduction", BAD_UTF8)],
+     "reduction", "is not UTF-8 text"),
+    ("scatter-elements-repeated", "ScatterElements", 18, SCATTER_IO, [A("reduction", "add"), A("reduction", "mul")],
+     "reduction", "is given 2 times"),
+    ("scatter-nd-reduction-bytes", "ScatterND", 16, SCATTER_ND_IO, [A("reduction", BAD_UTF8)], "reduction",
+     "is not UTF-8 text"),
+    ("scatter-nd-reduction-strings", "ScatterND", 18, SCATTER_ND_IO, [A("reduction", ["add"])], "reduction",
+     "must be a STRING, got STRINGS"),
+    ("scatter-nd-reduction-undefined", "ScatterND", 18, SCATTER_ND_IO,
+     [raw_attribute("reduction", onnx.AttributeProto.UNDEFINED, s=b"add")], "reduction", "has no type"),
+    ("tensor-scatter-mode-bytes", "TensorScatter", 24, CACHE_IO, [A("mode", b"circ\xffular")], "mode",
+     "is not UTF-8 text"),
+    ("tensor-scatter-mode-int", "TensorScatter", 24, CACHE_IO, [A("mode", 1)], "mode",
+     "must be a STRING, got an INT"),
+    ("tensor-scatter-axis-string", "TensorScatter", 24, CACHE_IO, [A("axis", "1")], "axis",
+     "must be an INT, got a STRING"),
+    ("tensor-scatter-axis-float", "TensorScatter", 24, CACHE_IO, [A("axis", -2.0)], "axis",
+     "must be an INT, got a FLOAT"),
+    ("cast-to-float", "Cast", 13, [vi("x", F32, (3,))], [A("to", 6.0)], "to", "must be an INT, got a FLOAT"),
+    ("cast-to-string", "Cast", 13, [vi("x", F32, (3,))], [A("to", "INT32")], "to", "must be an INT, got a STRING"),
+    ("cast-to-missing", "Cast", 13, [vi("x", F32, (3,))], [], "to", "is required"),
+    ("cast-to-undefined", "Cast", 13, [vi("x", F32, (3,))], [raw_attribute("to", onnx.AttributeProto.UNDEFINED, i=6)],
+     "to", "has no type"),
+    ("cast1-to-bytes", "Cast", 1, [vi("x", F32, (3,))], [A("to", b"INT\xff32")], "to", "is not UTF-8 text"),
+    ("cast1-to-int", "Cast", 1, [vi("x", F32, (3,))], [A("to", 6)], "to", "must be a STRING, got an INT"),
+    ("constant-value-int-float", "Constant", 13, [], [A("value_int", 1.5)], "value_int",
+     "must be an INT, got a FLOAT"),
+    ("constant-value-ints-string", "Constant", 13, [], [A("value_ints", "1,2")], "value_ints",
+     "must be INTS, got a STRING"),
+    ("constant-value-float-int", "Constant", 13, [], [A("value_float", 2)], "value_float",
+     "must be a FLOAT, got an INT"),
+    ("constant-value-floats-ints", "Constant", 13, [], [A("value_floats", [1, 2])], "value_floats",
+     "must be FLOATS, got INTS"),
+    ("constant-value-undefined", "Constant", 13, [],
+     [raw_attribute("value", onnx.AttributeProto.UNDEFINED, t=onnx.numpy_helper.from_array(np.zeros(2, np.float32)))],
+     "value", "has no type"),
+    ("constant-value-repeated", "Constant", 13, [], [A("value_int", 1), A("value_int", 2)], "value_int",
+     "is given 2 times"),
+    ("constant-value-string-bytes", "Constant", 13, [], [A("value_string", BAD_UTF8)], "value_string",
+     "is not UTF-8 text"),
+    ("reshape-allowzero-float", "Reshape", 14, [vi("x", F32, (4,)), vi("s", I64, (1,))], [A("allowzero", 1.0)],
+     "allowzero", "must be an INT, got a FLOAT"),
+    ("reshape1-shape-string", "Reshape", 1, [vi("x", F32, (4,))], [A("shape", "2,2")], "shape",
+     "must be INTS, got a STRING"),
+    ("reshape1-shape-missing", "Reshape", 1, [vi("x", F32, (4,))], [], "shape", "is required"),
+    ("reshape1-shape-floats", "Reshape", 1, [vi("x", F32, (4,))], [A("shape", [2.0, 2.0])], "shape",
+     "must be INTS, got FLOATS"),
+    ("gather-axis-reference", "Gather", 13, GATHER_IO, [raw_attribute("axis", onnx.AttributeProto.INT, i=0,
+                                                                      ref_attr_name="a")],
+     "axis", "refers to the attribute 'a' of an enclosing function"),
+]
+
+
+@pytest.mark.parametrize("case", BAD_ATTRIBUTES, ids=[c[0] for c in BAD_ATTRIBUTES])
+def test_a_bad_attribute_is_an_import_error_naming_the_node_and_the_attribute(case):
+    _, op, opset, inputs, attributes, attr_name, says = case
+    init = []
+    if op == "Reshape" and opset >= 5:
+        init = [onnx.numpy_helper.from_array(np.array([4], np.int64), "s")]
+        inputs = inputs[:1]
+    m = model([node_with(op, [v.name for v in inputs] + [t.name for t in init], attributes)], inputs,
+              [vi("y", TensorProto.UNDEFINED, None)], opset, init)
+    with pytest.raises(OnnxImportError) as info:
+        from_onnx(m)
+    message = str(info.value)
+    assert message.startswith(f"node 'n' ({op}): attribute '{attr_name}' "), message
+    assert says in message, message
+
+
+def test_attributes_of_every_type_the_importer_reads(backend):
+    """The typed reads give the values the model holds: every Constant variant, Cast's 'to' as a
+    type name (opset 1) and as a number, Reshape's 'shape' attribute (opset 1)."""
+    consts = {"value": onnx.numpy_helper.from_array(np.array([1.5, -2], np.float32)), "value_float": 0.25,
+              "value_floats": [1.0, 2.5], "value_int": -3, "value_ints": [4, 5]}
+    for key, value in consts.items():
+        node = helper.make_node("Constant", [], ["y"], **{key: value})
+        m = model([node], [], [vi("y", TensorProto.UNDEFINED, None)], 13)
+        got, want = run_both(m, {}, backend)
+        assert_same(got, want)
+    m = model([helper.make_node("Cast", ["x"], ["y"], to="INT32")], [vi("x", F32, (3,))], [vi("y", I32, (3,))], 1)
+    exe = cl.compile(from_onnx(m), target=backend)
+    np.testing.assert_array_equal(exe(x=np.array([1.5, -2.5, 7], np.float32)), np.array([1, -2, 7], np.int32))
+    m = model([helper.make_node("Reshape", ["x"], ["y"], shape=[2, -1])], [vi("x", F32, (4,))],
+              [vi("y", F32, (2, 2))], 1)
+    assert from_onnx(m).outputs[0].shape == (2, 2)

@@ -14,6 +14,7 @@ import pytest
 
 import cinnlite as cl
 import reference as R
+from backends import BACKENDS
 
 DATA_DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "float16", "float32", "float64"]
 NUMERIC_DTYPES = [d for d in DATA_DTYPES if d != "bool"]
@@ -161,17 +162,21 @@ class Case:
         assert tensor.dtype.name == expected.dtype.name, f"{label}: inferred dtype {tensor.dtype}"
         self.checks.append((tensor, expected, label, tol))
 
-    def run(self, backend):
+    def run(self, backend, **options):
+        """Compile for ``backend`` (``options`` go to ``cl.compile``), run, check every output."""
         prog = self.b.build(outputs=[t for t, _, _, _ in self.checks])
-        exe = cl.compile(prog, target=backend)
+        exe = cl.compile(prog, target=backend, **options)
         before = {k: v.copy() for k, v in self.feeds.items()}
-        outs = exe.run(dict(self.feeds))
-        assert set(outs) == {t.name for t, _, _, _ in self.checks}
-        for tensor, expected, label, tol in self.checks:
-            assert_matches(outs[tensor.name], expected, label, tol)
+        self.check(exe.run(dict(self.feeds)))
         for name, value in self.feeds.items():
             np.testing.assert_array_equal(value, before[name], err_msg=f"input {name} was modified")
         return exe
+
+    def check(self, outs):
+        """Compare the outputs of one run with the expected results."""
+        assert set(outs) == {t.name for t, _, _, _ in self.checks}
+        for tensor, expected, label, tol in self.checks:
+            assert_matches(outs[tensor.name], expected, label, tol)
 
 
 # =============================================================================================
@@ -557,6 +562,122 @@ def test_scatter_mean_counts_past_the_data_dtype(backend):
              "uint8 mean, 300 updates")
     np.testing.assert_array_equal(R.scatter(x8, i8, s8, reduce="mean"), want8)
     c.run(backend)
+
+
+def true_mean(x, targets, src):
+    """The contract's mean computed independently: the sum of the original value and every
+    update in float64 (exact for the data below) or int64, divided by the count, rounded once
+    to the data dtype (integers toward zero). Untouched elements keep their value."""
+    wide = np.float64 if x.dtype.kind == "f" else np.int64
+    total = x.astype(wide)
+    count = np.zeros(x.shape, np.int64)
+    np.add.at(total, targets, src.astype(wide))
+    np.add.at(count, targets, 1)
+    n = count + 1
+    if x.dtype.kind == "f":
+        mean = (total / n).astype(x.dtype)
+    else:
+        mean = (np.sign(total) * (np.abs(total) // n)).astype(x.dtype)
+    return np.where(count > 0, mean, x)
+
+
+def wide_mean_data(rng, dtype, n, width, rows):
+    """x (rows, width), update rows (n, width) and src (n, width) whose sums do not fit the data
+    dtype. Column 0 sends every update to row 0; the other columns pick rows at random."""
+    dt = np.dtype(dtype)
+    targets = rng.integers(0, rows, (n, width))
+    targets[:, 0] = 0
+    if dt == np.float16:
+        # 4096 ones: a float16 sum stops growing at 2048; sums of quarters up to 8 leave float16.
+        x = np.ones((rows, width), dt)
+        src = (rng.integers(1, 33, (n, width)) / 4).astype(dt)
+        src[:, 0] = 1
+    elif dt.kind == "f":
+        # Quarters next to 2**24 and 1e8: a float32 sum drops every quarter.
+        x = np.full((rows, width), 1e8, dt)
+        src = rng.choice(np.array([2.0**24, 2.0**25, 0.25, 0.75]), (n, width)).astype(dt)
+        src[:, 0] = 0.25
+        src[-1, 0] = -1e8
+    else:
+        # Values in the top half of the range (bottom half on odd columns): every sum wraps.
+        info = np.iinfo(dt)
+        hi = min(int(info.max), 2**41)
+        src = rng.integers(hi // 2 + 1, hi, (n, width), endpoint=True)
+        if info.min < 0:
+            src[:, 1::2] = -src[:, 1::2] - 1
+        x = src[:rows].astype(dt)
+        src = src.astype(dt)
+    return x, targets, src
+
+
+def wide_mean_forms(dtypes=NUMERIC_DTYPES, n=4096, width=8, rows=4):
+    """For every dtype, (label, x, update rows, src) of a scatter along axis 0; update rows of a
+    slice-form scatter_nd; and the true mean of each, on data whose sums overflow (integers) or
+    lose the small values (floats) in the data dtype."""
+    rng = rng_for("wide-mean", n, width)
+    cols = np.broadcast_to(np.arange(width), (n, width))
+    for dtype in dtypes:
+        x, targets, src = wide_mean_data(rng, dtype, n, width, rows)
+        slice_rows = targets[:, :1]  # every slice lands on row 0
+        yield (dtype, x, targets, src, true_mean(x, (targets, cols), src),
+               slice_rows, true_mean(x, (np.broadcast_to(slice_rows, (n, width)), cols), src))
+
+
+def wide_mean_case(**kwargs):
+    """scatter, slice-form scatter_nd and element-form scatter_nd with reduce="mean" on the data
+    of :func:`wide_mean_forms`, in one program."""
+    c = Case("wide_mean")
+    for dtype, x, targets, src, want, slice_rows, want_slices in wide_mean_forms(**kwargs):
+        tx, ts = c.input(x), c.input(src)
+        c.expect(c.b.scatter(tx, c.input(targets), ts, axis=0, reduce="mean"), want, f"scatter mean {dtype}")
+        c.expect(c.b.scatter_nd(tx, c.input(slice_rows.astype(np.int32)), ts, reduce="mean"), want_slices,
+                 f"scatter_nd slice mean {dtype}")
+        c.expect(c.b.scatter_nd(tx, c.input(targets[..., None]), ts, dims=[0], reduce="mean"), want,
+                 f"scatter_nd element mean {dtype}")
+    return c
+
+
+def test_scatter_mean_sums_in_a_wide_type(backend):
+    """A mean is the true mean whatever the data dtype can hold: float16 4096 x 1.0 gives 1.0,
+    integer sums past the dtype's range do not wrap, float32 keeps small values next to large."""
+    wide_mean_case().run(backend)
+
+
+def test_reference_mean_sums_in_a_wide_type():
+    """The numpy reference gives the true mean on the same data (two columns, to stay quick)."""
+    for dtype, x, targets, src, want, slice_rows, want_slices in wide_mean_forms(width=2):
+        np.testing.assert_array_equal(R.scatter(x, targets, src, axis=0, reduce="mean"), want, err_msg=dtype)
+        np.testing.assert_array_equal(R.scatter_nd(x, slice_rows, src, reduce="mean"), want_slices, err_msg=dtype)
+    assert R.scatter(np.ones(1, np.float16), np.zeros(4096, np.int64), np.ones(4096, np.float16),
+                     reduce="mean")[0] == 1.0
+
+
+def test_scatter_mean_of_int64_sums_wraps_in_int64(backend):
+    """An int64 sum past the int64 range wraps around (SEMANTICS.md), then is divided."""
+    x = np.array([2**62, 5], np.int64)
+    idx = np.zeros(2, np.int64)
+    src = np.array([2**62, 2**62], np.int64)
+    want = np.array([-(2**62 // 3), 5], np.int64)  # 3 * 2**62 wraps to -2**62; / 3 toward zero
+    c = Case()
+    c.expect(c.b.scatter(c.input(x), c.input(idx), c.input(src), reduce="mean"), want, "int64 mean, wrapped sum")
+    np.testing.assert_array_equal(R.scatter(x, idx, src, reduce="mean"), want)
+    c.run(backend)
+
+
+@pytest.mark.parametrize("target", [b for b in BACKENDS if b != "cpu"])
+def test_deterministic_scatter_mean_sums_in_a_wide_type(target):
+    """deterministic=True runs float means ordered: the wide sum holds there too."""
+    wide_mean_case().run(target, deterministic=True)
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_emulated_gpu_scatter_mean_sums_in_a_wide_type_on_a_small_grid(deterministic):
+    """One block of 256 threads: grid-stride loops take many turns and the atomic adds into the
+    sums combine out of row-major order; the mean is still the true one."""
+    c = wide_mean_case()
+    exe = c.run("cuda-emu", deterministic=deterministic)
+    exe.max_blocks = 1
+    c.check(exe.run(dict(c.feeds)))
 
 
 FLOAT_TOL = {"float16": (1e-2, 1e-2), "float32": (1e-5, 1e-5), "float64": (1e-12, 1e-12)}

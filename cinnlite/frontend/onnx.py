@@ -409,11 +409,7 @@ class _Importer:
         if op not in SUPPORTED_OPS or handler is None:
             raise OnnxImportError(f"{where}: operator {op} is not supported; supported: {', '.join(SUPPORTED_OPS)}")
         schema = self._schema(where, op)
-        attrs = {}
-        for attr in node.attribute:
-            if attr.name not in schema.attributes:
-                raise OnnxImportError(f"{where}: attribute '{attr.name}' is not defined for {op} in opset {self.opset}")
-            attrs[attr.name] = self.onnx.helper.get_attribute_value(attr)
+        attrs = _Attributes(self.onnx, where, node, schema, self.opset, self._to_array)
         inputs = list(node.input)
         while inputs and inputs[-1] == "":
             inputs.pop()
@@ -477,36 +473,34 @@ class _Importer:
     def _op_Identity(self, ctx, ins, attrs):
         return ins[0]
 
+    #: Constant's value attributes cinnlite has a type for: (ONNX attribute type, numpy dtype).
+    _CONSTANT_VALUES = {"value": ("TENSOR", None), "value_float": ("FLOAT", np.float32),
+                        "value_floats": ("FLOATS", np.float32), "value_int": ("INT", np.int64),
+                        "value_ints": ("INTS", np.int64)}
+
     def _op_Constant(self, ctx, ins, attrs):
-        if len(attrs) != 1:
-            raise OnnxImportError(f"{ctx.where}: needs exactly one value attribute, got {sorted(attrs) or 'none'}")
-        (key, value), = attrs.items()
-        if key == "value":
-            arr = self._to_array(value, ctx.where)
-        elif key == "value_float":
-            arr = np.array(value, np.float32)
-        elif key == "value_floats":
-            arr = np.array(list(value), np.float32)
-        elif key == "value_int":
-            arr = np.array(value, np.int64)
-        elif key == "value_ints":
-            arr = np.array(list(value), np.int64)
-        else:
+        names = attrs.names()
+        if len(names) != 1:
+            raise OnnxImportError(f"{ctx.where}: needs exactly one value attribute, got {sorted(names) or 'none'}")
+        (key,) = names
+        if key not in self._CONSTANT_VALUES:
             raise OnnxImportError(f"{ctx.where}: attribute '{key}' is not supported (string and sparse "
                                   "constants have no cinnlite type)")
-        return _Value(array=arr, name=ctx.name)
+        kind, dtype = self._CONSTANT_VALUES[key]
+        value = attrs.get(key, kind)
+        return _Value(array=value if dtype is None else np.array(value, dtype), name=ctx.name)
 
     def _op_Cast(self, ctx, ins, attrs):
         onnx = self.onnx
-        to = attrs.get("to")
-        if to is None:
-            raise OnnxImportError(f"{ctx.where}: the 'to' attribute is required")
-        if isinstance(to, bytes):  # opset 1 names the type as a string
+        if self.opset < 6:  # Cast-1 names the type as a string
+            name = attrs.get("to", "STRING")
             try:
-                to = onnx.TensorProto.DataType.Value(to.decode())
+                to = onnx.TensorProto.DataType.Value(name)
             except ValueError:
-                raise OnnxImportError(f"{ctx.where}: unknown type {to.decode()!r}") from None
-        dtype = self._elem_dtype(int(to), ctx.where)
+                raise OnnxImportError(f"{ctx.where}: attribute 'to' names an unknown type {name!r}") from None
+        else:
+            to = attrs.get("to", "INT")
+        dtype = self._elem_dtype(to, ctx.where)
         (x,) = ins
         if x.is_const:
             if x.array.dtype.kind in "OSU":
@@ -518,10 +512,7 @@ class _Importer:
 
     def _op_Reshape(self, ctx, ins, attrs):
         if self.opset < 5:
-            target = attrs.get("shape")
-            if target is None:
-                raise OnnxImportError(f"{ctx.where}: the 'shape' attribute is required")
-            target = [int(d) for d in target]
+            target = attrs.get("shape", "INTS")  # optional in the schema, but Reshape-1 needs it
         else:
             x, shape_value = ins
             if not shape_value.is_const:
@@ -531,29 +522,31 @@ class _Importer:
                 raise OnnxImportError(f"{ctx.where}: the shape input must be a 1-D int64 tensor")
             target = [int(d) for d in shape_value.array]
         x = ins[0]
-        shape = _onnx_reshape(ctx.where, x.shape, target, allowzero=bool(attrs.get("allowzero", 0)))
+        shape = _onnx_reshape(ctx.where, x.shape, target, allowzero=bool(attrs.get("allowzero", "INT", 0)))
         if x.is_const:
             return _Value(array=x.array.reshape(shape), name=ctx.name)
         return _Value(tensor=self.b.reshape(x.tensor, shape, name=ctx.name))
 
     def _op_Gather(self, ctx, ins, attrs):
         x, idx = (self._tensor(v) for v in ins)
-        return _Value(tensor=self.b.take(x, idx, axis=attrs.get("axis", 0), mode="raise", name=ctx.name))
+        axis = attrs.get("axis", "INT", 0)
+        return _Value(tensor=self.b.take(x, idx, axis=axis, mode="raise", name=ctx.name))
 
     def _op_GatherElements(self, ctx, ins, attrs):
         x, idx = (self._tensor(v) for v in ins)
-        return _Value(tensor=self.b.gather(x, idx, axis=attrs.get("axis", 0), mode="raise", name=ctx.name))
+        axis = attrs.get("axis", "INT", 0)
+        return _Value(tensor=self.b.gather(x, idx, axis=axis, mode="raise", name=ctx.name))
 
     def _op_GatherND(self, ctx, ins, attrs):
         x, idx = (self._tensor(v) for v in ins)
-        return _Value(tensor=self.b.gather_nd(x, idx, batch_dims=attrs.get("batch_dims", 0), mode="raise",
-                                              name=ctx.name))
+        batch_dims = attrs.get("batch_dims", "INT", 0)
+        return _Value(tensor=self.b.gather_nd(x, idx, batch_dims=batch_dims, mode="raise", name=ctx.name))
 
     def _op_Scatter(self, ctx, ins, attrs):
-        return self._scatter_elements(ctx, ins, attrs.get("axis", 0), "none")
+        return self._scatter_elements(ctx, ins, attrs.get("axis", "INT", 0), "none")
 
     def _op_ScatterElements(self, ctx, ins, attrs):
-        return self._scatter_elements(ctx, ins, attrs.get("axis", 0), self._reduction(ctx, attrs))
+        return self._scatter_elements(ctx, ins, attrs.get("axis", "INT", 0), self._reduction(ctx, attrs))
 
     def _scatter_elements(self, ctx, ins, axis, reduce):
         x, idx, src = (self._tensor(v) for v in ins)
@@ -568,8 +561,7 @@ class _Importer:
                                                name=ctx.name))
 
     def _reduction(self, ctx, attrs) -> str:
-        value = attrs.get("reduction", b"none")
-        value = value.decode() if isinstance(value, bytes) else str(value)
+        value = attrs.get("reduction", "STRING", "none")
         allowed = ("none", "add", "mul", "max", "min") if self.opset >= 18 else ("none", "add", "mul")
         if value not in allowed:
             raise OnnxImportError(f"{ctx.where}: reduction '{value}' is not defined in opset {self.opset}; "
@@ -580,12 +572,11 @@ class _Importer:
         past_v, update_v = ins[0], ins[1]
         write_v = ins[2] if len(ins) > 2 else None
         past, update = self._tensor(past_v), self._tensor(update_v)
-        mode = attrs.get("mode", b"linear")
-        mode = mode.decode() if isinstance(mode, bytes) else str(mode)
+        mode = attrs.get("mode", "STRING", "linear")
         if mode not in ("linear", "circular"):
             raise OnnxImportError(f"{ctx.where}: mode '{mode}' is not defined; expected linear or circular")
         r = past.ndim
-        axis = int(attrs.get("axis", -2))
+        axis = attrs.get("axis", "INT", -2)
         if not -r <= axis < r:
             raise OnnxImportError(f"{ctx.where}: axis {axis} is out of range for a cache of rank {r}")
         axis = axis + r if axis < 0 else axis
@@ -613,6 +604,99 @@ class _Importer:
         else:
             index = lowering.dynamic_index(write_v.tensor)
         return _Value(tensor=self.b.scatter(past, index, update, axis=axis, mode="raise", name=ctx.name))
+
+
+_REQUIRED = object()
+
+
+def _type_phrase(type_name: str) -> str:
+    """``an INT``, ``a FLOAT``, ``INTS``: an ONNX attribute type as a message names it."""
+    if type_name.endswith("S"):
+        return type_name
+    return ("an " if type_name[0] in "AEIOU" else "a ") + type_name
+
+
+class _Attributes:
+    """A node's attributes, checked once and read by their ONNX type.
+
+    ONNX stores an attribute as a protobuf with a type tag and one field per type, so a model
+    can hold a float where an int belongs, a type of UNDEFINED, bytes that are not UTF-8, the
+    same name twice, or nothing where the operator requires a value. Every such attribute is an
+    :class:`OnnxImportError` naming the node and the attribute, raised here before any handler
+    sees a value: each attribute must be defined for the operator in the model's opset, given
+    once, hold a value (not a function's attribute reference) and have the type the schema
+    declares; required ones must be present. Strings are decoded as UTF-8 and tensors read as
+    arrays here, so handlers get Python values through :meth:`get`.
+    """
+
+    def __init__(self, onnx, where: str, node, schema, opset: int, to_array):
+        self.where = where
+        self._values: dict = {}   # name -> (ONNX type name, Python value)
+        type_names = onnx.AttributeProto.AttributeType
+        given = [attr.name for attr in node.attribute]
+        for attr in node.attribute:
+            spec = schema.attributes.get(attr.name)
+            if spec is None:
+                self._fail(attr.name, f"is not defined for {node.op_type} in opset {opset}")
+            if given.count(attr.name) > 1:
+                self._fail(attr.name, f"is given {given.count(attr.name)} times; ONNX allows each attribute once")
+            if attr.ref_attr_name:
+                self._fail(attr.name, f"refers to the attribute '{attr.ref_attr_name}' of an enclosing function, "
+                                      "which only a node inside a function may do")
+            expected = spec.type.name
+            if attr.type == onnx.AttributeProto.UNDEFINED:
+                self._fail(attr.name, f"has no type (UNDEFINED); expected {_type_phrase(expected)}")
+            kind = type_names.Name(attr.type)
+            if kind != expected:
+                self._fail(attr.name, f"must be {_type_phrase(expected)}, got {_type_phrase(kind)}")
+            self._values[attr.name] = (kind, self._decode(attr, kind, to_array))
+        for name, spec in schema.attributes.items():
+            if spec.required and name not in self._values:
+                self._fail(name, "is required")
+
+    def _fail(self, name: str, what: str):
+        raise OnnxImportError(f"{self.where}: attribute '{name}' {what}")
+
+    def _text(self, name: str, raw: bytes) -> str:
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            self._fail(name, f"is not UTF-8 text: {raw!r}")
+
+    def _decode(self, attr, kind: str, to_array):
+        """The attribute's value as Python holds it; protobufs for types no handler reads."""
+        if kind == "INT":
+            return int(attr.i)
+        if kind == "INTS":
+            return [int(v) for v in attr.ints]
+        if kind == "FLOAT":
+            return float(attr.f)
+        if kind == "FLOATS":
+            return [float(v) for v in attr.floats]
+        if kind == "STRING":
+            return self._text(attr.name, attr.s)
+        if kind == "STRINGS":
+            return [self._text(attr.name, v) for v in attr.strings]
+        if kind == "TENSOR":
+            return to_array(attr.t, f"{self.where}: attribute '{attr.name}'")
+        return attr
+
+    def names(self) -> list:
+        """The names of the attributes the node gives, in its order."""
+        return list(self._values)
+
+    def get(self, name: str, kind: str, default=_REQUIRED):
+        """The value of attribute ``name`` of ONNX type ``kind`` ("INT", "INTS", "FLOAT",
+        "FLOATS", "STRING", "STRINGS", "TENSOR"); ``default`` where the node does not give it,
+        an error where there is none."""
+        if name not in self._values:
+            if default is _REQUIRED:
+                self._fail(name, "is required")
+            return default
+        given, value = self._values[name]
+        if given != kind:
+            self._fail(name, f"must be {_type_phrase(kind)}, got {_type_phrase(given)}")
+        return value
 
 
 @dataclass(frozen=True)

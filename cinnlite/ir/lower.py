@@ -7,11 +7,15 @@ out-of-range position; the compute itself clamps, so no index can ever leave a b
 """
 from __future__ import annotations
 
-from ..dtypes import bool_, float64, int64
+from ..dtypes import bool_, float16, float32, float64, int64
 from .graph import Program
 from .loopnest import (Binary, Buffer, Cast, Cmp, Const, For, If, IndexCheck, Kernel, Load,
                        LoweredProgram, Reduce, ReportIndexError, Select, Seq, Store, Var, const,
                        logical_and, maximum, minimum)
+
+
+#: The type a scatter's ``reduce="mean"`` sums float data in (SEMANTICS.md); integers use int64.
+MEAN_SUM_DTYPES = {float16.name: float32, float32.name: float64, float64.name: float64}
 
 
 def buffer_of(tensor) -> Buffer:
@@ -283,7 +287,7 @@ class Lowerer:
     # -- scatters ------------------------------------------------------------------------------
 
     def _scatter_kernel(self, node, update_space, make_update, index_buf, sizes, tuple_axis=None):
-        """copy x -> out; [check]; update nest; and for mean, count and divide.
+        """copy x -> out; [check]; update nest (for mean, see :meth:`_mean_stages`).
 
         ``make_update(vars)`` returns ``(target_position, value, resolved_indices)``.
         """
@@ -292,36 +296,45 @@ class Lowerer:
         reduce = node.attr("reduce")
         vars_ = _Vars()
         c = vars_.make(len(out.shape))
-        copy = loop_nest(c, out.shape, Store(out, tuple(c), Load(x, tuple(c))))
         u = vars_.make(len(update_space))
         target, value, resolved = make_update(u)
-        target = tuple(target)
-        temps, stmts = (), [copy]
-        if reduce == "mean":
-            count = Buffer(f"{out.name}__count", int64, out.shape)
-            temps = (count,)
-            z = vars_.make(len(out.shape))
-            stmts.append(loop_nest(z, out.shape, Store(count, tuple(z), const(0))))
-            update = Seq((Reduce(out, target, value, "add"), Reduce(count, target, const(1), "add")))
-        else:
-            update = Reduce(out, target, value, reduce)
         valids = [r.valid for r in resolved if r.valid is not None]
-        if valids:
-            update = If(logical_and(*valids), update)
-        stmts.append(loop_nest(u, update_space, update))
+
+        def update_nest(update):
+            """The update loops around ``update``, which fill mode skips for a dropped index."""
+            return loop_nest(u, update_space, If(logical_and(*valids), update) if valids else update)
+
         if reduce == "mean":
             f = vars_.make(len(out.shape))
-            n = Load(count, tuple(f))
-            # Divide in a type wide enough for the count (which may not fit the data dtype): int64
-            # for integers (the quotient is no larger than the sum, so it fits back), float64 for
-            # floats (a correctly rounded quotient, rounded once more to the data dtype).
-            wide = float64 if out.dtype.is_float else int64
-            total = Binary("add", n, const(1))
-            total = Cast(wide, total) if wide != int64 else total
-            mean = Cast(out.dtype, Binary("div", Cast(wide, Load(out, tuple(f))), total))
-            stmts.append(loop_nest(f, out.shape, If(Cmp("gt", n, const(0)), Store(out, tuple(f), mean))))
-        body, checks = self._with_check(node, index_buf, sizes, Seq(tuple(stmts)), tuple_axis)
+            temps, stmts = self._mean_stages(x, out, c, f, tuple(target), value, update_nest)
+        else:
+            copy = loop_nest(c, out.shape, Store(out, tuple(c), Load(x, tuple(c))))
+            temps, stmts = (), (copy, update_nest(Reduce(out, tuple(target), value, reduce)))
+        body, checks = self._with_check(node, index_buf, sizes, Seq(stmts), tuple_axis)
         return self._kernel(node, body, temps=temps, checks=checks, pure=False)
+
+    @staticmethod
+    def _mean_stages(x, out, init_vars, finish_vars, target, value, update_nest):
+        """A true mean: the sum of x and every update, over their count, rounded once.
+
+        The sum accumulates in a kernel temp of :data:`MEAN_SUM_DTYPES` (int64 wrapping around
+        for integers), so that neither a float16 sum that stops growing nor an int8 sum that
+        wraps spoils the quotient; the count is int64. The last stage writes every element:
+        the quotient where an update landed, x elsewhere."""
+        wide = MEAN_SUM_DTYPES.get(out.dtype.name, int64)
+        total = Buffer(f"{out.name}__sum", wide, out.shape)
+        count = Buffer(f"{out.name}__count", int64, out.shape)
+        z, f = tuple(init_vars), tuple(finish_vars)
+        init = loop_nest(z, out.shape, Seq((Store(total, z, Cast(wide, Load(x, z))), Store(count, z, const(0)))))
+        update = Seq((Reduce(total, target, Cast(wide, value), "add"), Reduce(count, target, const(1), "add")))
+        n = Load(count, f)
+        # Integers: int64 division rounds toward zero, and the quotient is no larger than the
+        # sum, so it fits back. Floats: the float64 quotient, rounded once more to the data dtype.
+        divide_in = float64 if out.dtype.is_float else int64
+        quotient = Binary("div", Cast(divide_in, Load(total, f)), Cast(divide_in, Binary("add", n, const(1))))
+        mean = Select(Cmp("gt", n, const(0)), Cast(out.dtype, quotient), Load(x, f))
+        finish = loop_nest(f, out.shape, Store(out, f, mean))
+        return (total, count), (init, update_nest(update), finish)
 
     def lower_scatter(self, node):
         x, idx, src = (buffer_of(t) for t in node.inputs)
