@@ -200,7 +200,7 @@ class CPUExecutable(Executable):
             sources = {"graph": str(program), "lowered": cached["lowered_text"], "llvm": text, "llvm_opt": opt_text}
         else:
             sources = {"graph": str(program), "lowered": program_str(lowered), "llvm": text, "llvm_opt": opt_text}
-        lazy = {"asm": self._asm}
+        lazy = {"asm": CPUExecutable._asm}  # a function of the executable: a bound method would be a cycle
         for name, dump in pass_dumps:
             sources.setdefault(f"lowered:{name}", dump)
         super().__init__(program, lowered, sources, lazy)

@@ -54,6 +54,10 @@ class Executable:
     target = "?"
 
     def __init__(self, program, lowered: LoweredProgram, sources: dict, lazy_sources: dict | None = None):
+        """``lazy_sources`` maps a stage to a function of the executable that makes its text on
+        first use (a function of the executable, not a bound method or a closure over it: that
+        would be a reference cycle, and the executable, its code and its buffers would wait for
+        the cyclic garbage collector instead of going with the last reference)."""
         self.program = program
         self.lowered = lowered
         self._sources = dict(sources)
@@ -79,7 +83,7 @@ class Executable:
         if stage in self._sources:
             return self._sources[stage]
         if stage in self._lazy:
-            self._sources[stage] = self._lazy[stage]()
+            self._sources[stage] = self._lazy[stage](self)
             return self._sources[stage]
         raise ValueError(f"unknown stage {stage!r} for target {self.target}; stages: {', '.join(self.stages)}")
 

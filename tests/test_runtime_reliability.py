@@ -1,0 +1,96 @@
+"""The CPU runtime under stress: interrupted calls, forked children, threads that cannot be
+started, results the caller keeps, executables dropped, compiles next to running calls, thread
+counts, and the native memory of many compiles.
+
+Whatever must not touch the test process (signals, fork, a broken ``Thread.start``) runs in a
+child process with a timeout, so a hang or a crash fails the test instead of the run.
+"""
+from __future__ import annotations
+
+import gc
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import weakref
+
+import numpy as np
+import pytest
+
+import cinnlite as cl
+from cinnlite.runtime import cpu
+from cinnlite.runtime.cpu import PARALLEL_MIN_WORK
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+N = 4 * PARALLEL_MIN_WORK  # rows of a take big enough to be split across threads
+
+CHILD_PRELUDE = """
+import json, os, signal, sys, threading, time
+import numpy as np
+import cinnlite as cl
+from cinnlite.runtime.cpu import PARALLEL_MIN_WORK
+N = 4 * PARALLEL_MIN_WORK
+
+def parallel_take(name, threads):
+    b = cl.NetBuilder(name)
+    x = b.create_input("float32", (1000, 16), "x")
+    i = b.create_input("int64", (N,), "i")
+    return cl.compile(b.build([b.take(x, i, axis=0)]), threads=threads, cache=False)
+
+def inputs(seed):
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal((1000, 16)).astype(np.float32), rng.integers(0, 1000, N)
+"""
+
+
+def run_child(code: str, timeout: float = 120) -> dict:
+    """Run ``code`` after ``CHILD_PRELUDE`` in a fresh interpreter that imports this checkout
+    of cinnlite; return the JSON object it prints last."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]),
+               CINNLITE_CACHE_DIR="off")
+    env.pop("CINNLITE_NUM_THREADS", None)
+    proc = subprocess.run([sys.executable, "-c", CHILD_PRELUDE + textwrap.dedent(code)], env=env,
+                          capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, f"child failed, rc={proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def parallel_take(name: str, threads: int, **options):
+    b = cl.NetBuilder(name)
+    x = b.create_input("float32", (1000, 16), "x")
+    i = b.create_input("int64", (N,), "i")
+    return cl.compile(b.build([b.take(x, i, axis=0)]), threads=threads, **options)
+
+
+def take_inputs(seed: int):
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal((1000, 16)).astype(np.float32), rng.integers(0, 1000, N)
+
+
+# -- executables go with their last reference ------------------------------------------------------
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_an_executable_is_freed_when_its_last_reference_goes(threads):
+    """No reference cycle: with the cyclic collector off, dropping the last reference frees the
+    executable (its machine code and its pooled buffers) at once."""
+    gc.collect()
+    gc.disable()
+    try:
+        exe = parallel_take(f"dropped_{threads}", threads=threads, cache=False)
+        x, i = take_inputs(40)
+        out = exe(x=x, i=i)
+        exe.source("asm")
+        bad = i.copy()
+        bad[7] = 5000
+        with pytest.raises(cl.IndexOutOfRangeError):
+            exe(x=x, i=bad)
+        ref = weakref.ref(exe)
+        del exe
+        assert ref() is None, "the executable outlived its last reference"
+        np.testing.assert_array_equal(out, x[i])  # a result outlives its executable
+    finally:
+        gc.enable()
