@@ -47,12 +47,38 @@ def host_target_machine(opt: int = 3):
 
 
 def optimise(module, tm, opt: int):
+    """Run LLVM's default pipeline for ``opt`` on ``module``, and free the pipeline's objects
+    at once rather than whenever Python gets to them."""
     llvm = _llvm()
     pto = llvm.create_pipeline_tuning_options(speed_level=opt)
-    pto.loop_vectorization = opt >= 2
-    pto.slp_vectorization = opt >= 2
-    pb = llvm.create_pass_builder(tm, pto)
-    pb.getModulePassManager().run(module, pb)
+    try:
+        pto.loop_vectorization = opt >= 2
+        pto.slp_vectorization = opt >= 2
+        pb = llvm.create_pass_builder(tm, pto)
+        try:
+            mpm = pb.getModulePassManager()
+            try:
+                mpm.run(module, pb)
+            finally:
+                _dispose_module_pass_manager(mpm)
+        finally:
+            pb.close()
+    finally:
+        pto.close()
+
+
+def _dispose_module_pass_manager(mpm):
+    """Free a module pass manager. llvmlite's ``close()`` does not: ``ObjectRef``'s empty
+    ``_dispose`` comes first in ``ModulePassManager``'s bases, so every pipeline (tens of KiB
+    per compile) would stay allocated for the life of the process. A llvmlite whose ``close()``
+    works is left to do it itself."""
+    from llvmlite.binding import ffi, newpassmanagers
+
+    if type(mpm)._dispose is ffi.ObjectRef._dispose:
+        newpassmanagers.NewPassManager._dispose(mpm)
+        mpm.detach()
+    else:
+        mpm.close()
 
 
 _ENTRY = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p)
