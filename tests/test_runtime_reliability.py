@@ -132,3 +132,84 @@ def test_compiling_many_programs_does_not_leak_native_memory():
     that earlier tests freed."""
     per_compile = run_child(LEAK_CHILD)["per_compile"]
     assert per_compile < 32 * 1024, f"RSS grew by {per_compile / 1024:.1f} KiB per compile"
+
+
+# -- results the caller keeps ----------------------------------------------------------------------
+
+
+def _pooled_take():
+    """A take whose 4 MiB output comes from the buffer pool, and a way to make inputs whose
+    expected output differs from call to call."""
+    b = cl.NetBuilder("kept_results")
+    x = b.create_input("float32", (64, 1024), "x")
+    i = b.create_input("int64", (1024,), "i")
+    exe = cl.compile(b.build([b.take(x, i, axis=0)]), threads=1)
+    x = np.arange(64 * 1024, dtype=np.float32).reshape(64, 1024)
+
+    def call(seed):
+        idx = np.random.default_rng(seed).integers(0, 64, 1024)
+        return exe(x=x, i=idx), x[idx]
+
+    return call
+
+
+def test_a_result_changed_in_place_and_dropped_never_comes_back_changed():
+    """A result reshaped in place, given another dtype or made read-only, then dropped: the
+    next call's result has its own shape, dtype and flags."""
+    call = _pooled_take()
+    for change in ("shape", "dtype", "readonly"):
+        out, _ = call(0)
+        if change == "shape":
+            out.shape = (-1,)
+        elif change == "dtype":
+            out.dtype = np.int32
+        else:
+            out.flags.writeable = False
+        del out
+        again, want = call(1)
+        assert again.shape == want.shape and again.dtype == want.dtype and again.flags.writeable, change
+        np.testing.assert_array_equal(again, want)
+
+
+def test_results_kept_by_the_caller_are_never_overwritten_by_later_calls():
+    """Whatever the caller keeps of a result (the array changed in place, a view, a view of a
+    view, a memoryview), later calls of the same program never write into it."""
+    call = _pooled_take()
+    kept, wants = [], []
+    out, want = call(10)
+    out.shape = (-1,)                     # reshaped in place, and kept
+    kept.append(out)
+    wants.append(want.reshape(-1))
+    out, want = call(11)
+    kept.append(out[3:, ::2])             # a view only: the array itself is dropped
+    wants.append(want[3:, ::2])
+    del out
+    out, want = call(12)
+    kept.append(memoryview(out))          # a buffer export only
+    wants.append(want)
+    del out
+    out, want = call(13)
+    kept.append(out.T.reshape(-1)[5:])    # a view of a view
+    wants.append(want.T.reshape(-1)[5:])
+    del out
+    out, want = call(14)
+    out.flags.writeable = False
+    kept.append(out[::-1])
+    wants.append(want[::-1])
+    del out
+    for seed in range(20, 26):
+        later, want = call(seed)
+        np.testing.assert_array_equal(later, want)
+    for k, (got, want) in enumerate(zip(kept, wants)):
+        np.testing.assert_array_equal(np.asarray(got), want, err_msg=f"kept result {k} was overwritten")
+
+
+def test_a_dropped_result_is_gone_not_reused_behind_a_weak_reference():
+    """A weak reference to a dropped result must not lead to an array that later calls write."""
+    call = _pooled_take()
+    out, want = call(30)
+    ref = weakref.ref(out)
+    del out
+    call(31)
+    kept = ref()
+    assert kept is None or np.array_equal(kept, want), "a dropped result was reused while still reachable"
