@@ -213,3 +213,164 @@ def test_a_dropped_result_is_gone_not_reused_behind_a_weak_reference():
     call(31)
     kept = ref()
     assert kept is None or np.array_equal(kept, want), "a dropped result was reused while still reachable"
+
+
+# -- Ctrl-C during a parallel call -----------------------------------------------------------------
+
+INTERRUPT_CHILD = """
+exe = parallel_take("interrupted", threads=4)
+main = threading.main_thread()
+first_helper_chunk = threading.Event()
+ended = []   # (call, time) of every chunk that finished
+call = [0]
+
+def watched(fn):
+    # In the first call, a helper's chunk sends Ctrl-C to the main thread and takes 0.4 s
+    # more; the caller's own chunk waits for that, so the interrupt lands while a helper works.
+    def chunk(table, begin, end, err):
+        if call[0] == 0:
+            if threading.current_thread() is main:
+                first_helper_chunk.wait(10)
+            elif not first_helper_chunk.is_set():
+                first_helper_chunk.set()
+                signal.pthread_kill(main.ident, signal.SIGINT)
+                time.sleep(0.4)
+        status = fn(table, begin, end, err)
+        ended.append((call[0], time.monotonic()))
+        return status
+    return chunk
+
+exe._stages = [(info, watched(fn)) for info, fn in exe._stages]
+x1, i1 = inputs(1)
+try:
+    exe(x=x1, i=i1)
+    outcome, returned = "returned", time.monotonic()
+except KeyboardInterrupt:
+    outcome, returned = "KeyboardInterrupt", time.monotonic()
+call[0] = 1
+x2, i2 = inputs(2)
+got = exe(x=x2, i=i2)
+right_at_once = bool(np.array_equal(got, x2[i2]))
+time.sleep(0.6)   # a chunk of the interrupted call still running would have written by now
+right_later = bool(np.array_equal(got, x2[i2]))
+late = sum(1 for c, t in ended if c == 0 and t > returned)
+print(json.dumps(dict(outcome=outcome, late=late, right_at_once=right_at_once, right_later=right_later)))
+"""
+
+
+def test_an_interrupted_parallel_call_returns_only_after_every_chunk_stopped():
+    """Ctrl-C while helpers run chunks: the KeyboardInterrupt comes out of the call only once
+    no chunk of it runs any more, and the next call, reusing the same pooled output, is right
+    and stays right."""
+    result = run_child(INTERRUPT_CHILD)
+    assert result["outcome"] == "KeyboardInterrupt"
+    assert result["late"] == 0, f"{result['late']} chunk(s) of the interrupted call ran on after it returned"
+    assert result["right_at_once"] and result["right_later"], result
+
+
+# -- threads that cannot be started ----------------------------------------------------------------
+
+THREAD_START_CHILD = """
+import warnings
+
+def refuse(self):
+    raise RuntimeError("can't start new thread")
+
+threading.Thread.start = refuse
+exe = parallel_take("no_threads", threads=4)
+x, i = inputs(5)
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    first = bool(np.array_equal(exe(x=x, i=i), x[i]))
+    second = bool(np.array_equal(exe(x=x, i=i), x[i]))
+print(json.dumps(dict(first=first, second=second,
+                      warnings=[(issubclass(w.category, cl.CinnliteWarning), str(w.message)) for w in caught])))
+"""
+
+
+def test_threads_that_cannot_be_started_give_a_warning_and_the_right_result():
+    result = run_child(THREAD_START_CHILD)
+    assert result["first"] and result["second"]
+    assert len(result["warnings"]) == 1, result["warnings"]  # once, not per call
+    is_cinnlite, message = result["warnings"][0]
+    assert is_cinnlite and "could not start" in message and "can't start new thread" in message
+
+
+# -- compiling next to running ---------------------------------------------------------------------
+
+
+def test_parallel_calls_complete_while_another_thread_compiles(monkeypatch):
+    """While one thread is inside LLVM compiling, another thread's parallel calls go on: the
+    compile waits, inside LLVM's optimisation, for three more calls to complete."""
+    exe = parallel_take("running", threads=2)
+    x, i = take_inputs(50)
+    finished = [0]
+    stop = threading.Event()
+
+    def runner():
+        while not stop.is_set():
+            exe(x=x, i=i)
+            finished[0] += 1
+
+    seen = {}
+    real_optimise = cpu.optimise
+
+    def optimise_once_calls_went_on(module, tm, opt):
+        before = finished[0]
+        deadline = time.monotonic() + 10
+        while finished[0] < before + 3 and time.monotonic() < deadline:
+            time.sleep(0.002)
+        seen["calls"] = finished[0] - before
+        return real_optimise(module, tm, opt)
+
+    monkeypatch.setattr(cpu, "optimise", optimise_once_calls_went_on)
+    thread = threading.Thread(target=runner)
+    thread.start()
+    try:
+        b = cl.NetBuilder("compiled_meanwhile")
+        y = b.create_input("float64", (300, 7), "y")
+        j = b.create_input("int32", (50, 7), "j")
+        cl.compile(b.build([b.gather(y, j, axis=0), b.scatter(y, j, b.gather(y, j, axis=0), reduce="add")]),
+                   cache=False)
+    finally:
+        stop.set()
+        thread.join(60)
+    assert seen["calls"] >= 3, f"only {seen['calls']} parallel call(s) completed during the compile"
+
+
+# -- thread counts ---------------------------------------------------------------------------------
+
+
+def test_thread_counts_above_the_maximum_are_errors(monkeypatch):
+    """256 threads (the documented maximum) are accepted; more, from threads= or from
+    CINNLITE_NUM_THREADS, are a CinnliteError; the default is capped on a bigger machine."""
+    MAX_THREADS = 256
+    b = cl.NetBuilder("many_threads")
+    x = b.create_input("float32", (4,), "x")
+    prog = b.build([b.add(x, x)])
+    assert cl.compile(prog, threads=MAX_THREADS, cache=False).threads == MAX_THREADS
+    with pytest.raises(cl.CinnliteError, match=f"threads must be at most {MAX_THREADS}"):
+        cl.compile(prog, threads=MAX_THREADS + 1)
+    with pytest.raises(cl.CinnliteError, match=f"threads must be at most {MAX_THREADS}"):
+        cl.compile(prog, threads=10 ** 9, cache=False)
+    monkeypatch.setenv("CINNLITE_NUM_THREADS", str(MAX_THREADS + 1))
+    with pytest.raises(cl.CinnliteError, match="CINNLITE_NUM_THREADS must be at most"):
+        cl.compile(prog, cache=False)
+    monkeypatch.delenv("CINNLITE_NUM_THREADS")
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(4 * MAX_THREADS)))
+    assert cl.compile(prog, cache=False).threads == MAX_THREADS   # a huge machine: capped
+
+
+def test_many_thread_counts_share_one_bounded_set_of_threads():
+    """Calls with 2 to 12 threads leave at most 11 worker threads more than before, not one
+    pool per count."""
+
+    def workers():
+        return sum(1 for t in threading.enumerate() if t.name.startswith("cinnlite"))
+
+    before = workers()
+    x, i = take_inputs(60)
+    for threads in range(2, 13):
+        exe = parallel_take(f"threads_{threads}", threads=threads)
+        np.testing.assert_array_equal(exe(x=x, i=i), x[i])
+    assert workers() - before <= 11
