@@ -374,3 +374,95 @@ def test_many_thread_counts_share_one_bounded_set_of_threads():
         exe = parallel_take(f"threads_{threads}", threads=threads)
         np.testing.assert_array_equal(exe(x=x, i=i), x[i])
     assert workers() - before <= 11
+
+
+# -- fork ------------------------------------------------------------------------------------------
+
+FORK_HELPERS = """
+def wait_for_child(pid, timeout):
+    # The exit code of forked child pid, or None (and the child killed) after timeout seconds.
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        time.sleep(0.01)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    return None
+
+def describe(exitcode):
+    return "hang" if exitcode is None else "right" if exitcode == 0 else f"exit {exitcode}"
+"""
+
+FORK_CHILD = """
+import multiprocessing
+
+exe = parallel_take("forked", threads=3)
+x, i = inputs(3)
+assert np.array_equal(exe(x=x, i=i), x[i])      # the parent's pool has its helpers now
+
+def call_in_child():
+    right = False
+    try:
+        right = np.array_equal(exe(x=x, i=i), x[i])
+    finally:
+        os._exit(0 if right else 3)
+
+pid = os.fork()
+if pid == 0:
+    call_in_child()
+forked = describe(wait_for_child(pid, 20))
+process = multiprocessing.get_context("fork").Process(target=call_in_child)
+process.start()
+process.join(20)
+if process.is_alive():
+    process.kill()
+    process.join()
+    in_process = "hang"
+else:
+    in_process = describe(process.exitcode)
+print(json.dumps(dict(os_fork=forked, multiprocessing_fork=in_process)))
+"""
+
+
+def test_forked_children_run_parallel_calls():
+    """The parent's helper threads do not exist in a forked child; the child's parallel calls
+    must not wait for them."""
+    assert run_child(FORK_HELPERS + FORK_CHILD) == {"os_fork": "right", "multiprocessing_fork": "right"}
+
+
+FORK_DURING_COMPILE_CHILD = """
+from cinnlite.runtime import cpu
+
+real_optimise = cpu.optimise
+in_llvm = threading.Event()
+
+def slow_optimise(module, tm, opt):
+    in_llvm.set()
+    time.sleep(0.5)
+    return real_optimise(module, tm, opt)
+
+cpu.optimise = slow_optimise
+compiler = threading.Thread(target=parallel_take, args=("compiled_meanwhile", 2))
+compiler.start()
+in_llvm.wait(20)
+pid = os.fork()                      # while the other thread is inside LLVM
+if pid == 0:
+    right = False
+    try:
+        exe = parallel_take("compiled_in_child", 2)
+        x, i = inputs(4)
+        right = np.array_equal(exe(x=x, i=i), x[i])
+    finally:
+        os._exit(0 if right else 3)
+compiler.join()
+result = describe(wait_for_child(pid, 30))
+print(json.dumps(dict(child=result)))
+"""
+
+
+def test_a_child_forked_while_another_thread_compiles_can_compile():
+    """A fork while a compile is inside LLVM must not leave the child with the compile lock
+    held by a thread it does not have."""
+    assert run_child(FORK_HELPERS + FORK_DURING_COMPILE_CHILD) == {"child": "right"}

@@ -42,6 +42,33 @@ def _llvm():
     return llvm
 
 
+def _quiesce_llvm_across_fork():
+    """No fork while another thread is inside LLVM (a compile, or an executable being freed):
+    the child would inherit a lock held by a thread it does not have, and LLVM's state half-way
+    through a change, and hang on its first compile. The forking thread takes cinnlite's lock
+    and llvmlite's own (the one around every call into LLVM) before the fork, and gives both
+    back on each side."""
+    from llvmlite.binding import ffi
+
+    llvmlite_lock = getattr(ffi.lib, "_lock", None)
+
+    def before():
+        _LOCK.acquire()
+        if llvmlite_lock is not None:
+            llvmlite_lock.__enter__()
+
+    def after():
+        if llvmlite_lock is not None:
+            llvmlite_lock.__exit__(None, None, None)
+        _LOCK.release()
+
+    os.register_at_fork(before=before, after_in_parent=after, after_in_child=after)
+
+
+if hasattr(os, "register_at_fork"):
+    _quiesce_llvm_across_fork()
+
+
 def host_target_machine(opt: int = 3):
     llvm = _llvm()
     target = llvm.Target.from_triple(llvm.get_process_triple())

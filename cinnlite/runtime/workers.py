@@ -11,9 +11,12 @@ that could not be started). A call never returns while one of its chunks still r
 exception reaches the caller (Ctrl-C, another signal's handler), no further chunk starts and
 the caller waits for the running ones before the exception goes on, because those chunks
 write into buffers that are freed and reused once the call is over.
+
+Threads do not survive ``fork``: a forked child starts with a fresh, empty pool.
 """
 from __future__ import annotations
 
+import os
 import queue
 import threading
 import warnings
@@ -157,6 +160,16 @@ _POOL = WorkerPool()
 
 
 def shared_pool() -> WorkerPool:
-    """The process's pool."""
+    """The process's pool (a fresh one in a forked child)."""
     return _POOL
 
+
+def _forget_pool_after_fork():
+    """A forked child has only the thread that forked: the parent's helpers are gone, and a
+    batch handed to them would wait forever. The child starts with a pool of its own."""
+    global _POOL
+    _POOL = WorkerPool()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool_after_fork)
