@@ -5,8 +5,8 @@ CUDA, and run it on numpy arrays. See SEMANTICS.md for what each operator comput
 """
 from .compiler import compile
 from .dtypes import Bool, DType, Float, Int, UInt, as_dtype
-from .errors import (CacheWarning, CinnliteError, CompileError, DTypeError, IndexOutOfRangeError, InputError,
-                     InputTypeError, TargetUnavailableError, ValidationError)
+from .errors import (CacheWarning, CinnliteError, CinnliteWarning, CompileError, DTypeError, IndexOutOfRangeError,
+                     InputError, InputTypeError, TargetUnavailableError, ThreadStartWarning, ValidationError)
 from .frontend.netbuilder import NetBuilder
 from .ir.graph import Program, Tensor
 
@@ -15,5 +15,6 @@ __version__ = "0.1.0"
 __all__ = [
     "NetBuilder", "compile", "Program", "Tensor", "DType", "Float", "Int", "UInt", "Bool", "as_dtype",
     "CinnliteError", "ValidationError", "DTypeError", "IndexOutOfRangeError", "InputError",
-    "InputTypeError", "TargetUnavailableError", "CompileError", "CacheWarning", "__version__",
+    "InputTypeError", "TargetUnavailableError", "CompileError", "CinnliteWarning", "ThreadStartWarning",
+    "CacheWarning", "__version__",
 ]

@@ -8,6 +8,7 @@ from .ir.lower import lower_program
 from .ir.passes import CPU_PIPELINE, run_pipeline
 from .runtime import cache as caches
 from .runtime.cpu import CPUExecutable, host_environment
+from .runtime.workers import check_threads
 
 TARGETS = ("cpu", "cuda", "cuda-emu")
 
@@ -33,6 +34,8 @@ def compile(program: Program, target: str = "cpu", opt_level: int = 3, determini
         raise CinnliteError(f"opt_level must be 0, 1, 2 or 3, got {opt_level!r}")
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
         raise CinnliteError(f"threads must be a positive integer or None, got {threads!r}")
+    if threads is not None:
+        check_threads(threads, "threads")  # before any cache lookup: a bad value never compiles
     if target == "cpu":
         return _compile_cpu(program, opt_level, threads, fuse, cache and not dump_passes, dump_passes)
     lowered = lower_program(program)

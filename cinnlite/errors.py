@@ -2,7 +2,8 @@
 
 Every error a user can cause is a subclass of :class:`CinnliteError`, and also of the builtin
 exception a Python user would expect (``ValueError``, ``TypeError``, ``IndexError``), so code can
-catch either.
+catch either. The warnings it gives (the runtime carrying on with less than was asked for) are
+subclasses of :class:`CinnliteWarning`.
 """
 
 
@@ -65,7 +66,15 @@ class CompileError(CinnliteError, RuntimeError):
     """A backend compiler (LLVM, NVRTC, the host C++ compiler) rejected generated code."""
 
 
-class CacheWarning(UserWarning):
+class CinnliteWarning(UserWarning):
+    """Base class of the warnings cinnlite gives."""
+
+
+class ThreadStartWarning(CinnliteWarning, RuntimeWarning):
+    """The CPU runtime could not start a worker thread: calls go on, on fewer threads."""
+
+
+class CacheWarning(CinnliteWarning):
     """The disk compile cache cannot be used (a directory that cannot be written or read, a full
     disk, a directory other users can write). Compiling goes on without it; the message names
     the directory and the reason."""

@@ -2,7 +2,8 @@
 
 The executable owns the execution engine and target machine for as long as it lives (the
 engine unmaps code when collected), calls ``cinnlite_main`` through a prepared ctypes
-signature, and never recompiles or re-validates the program per call.
+signature, and never recompiles or re-validates the program per call. Parallel stages run on
+the process-wide pool of ``workers``.
 """
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ import functools
 import os
 import platform
 import threading
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -20,7 +20,10 @@ from ..errors import CompileError
 from ..ir.loopnest import LoweredProgram
 from ..ir.printer import program_str
 from .executable import Executable
+from .workers import MAX_THREADS, check_threads, shared_pool
 
+#: Serialises cinnlite's use of LLVM (one global context) by compiles and assembly printing.
+#: Running compiled code never takes it, so calls go on while another thread compiles.
 _LOCK = threading.RLock()
 _INITIALISED = False
 
@@ -29,13 +32,41 @@ def _llvm():
     global _INITIALISED
     import llvmlite.binding as llvm
 
-    with _LOCK:
-        if not _INITIALISED:
-            llvm.initialize_native_target()
-            llvm.initialize_native_asmprinter()
-            platform.machine()  # llvmlite asks for it per engine; the first call is slow
-            _INITIALISED = True
+    if not _INITIALISED:
+        with _LOCK:
+            if not _INITIALISED:
+                llvm.initialize_native_target()
+                llvm.initialize_native_asmprinter()
+                platform.machine()  # llvmlite asks for it per engine; the first call is slow
+                _INITIALISED = True
     return llvm
+
+
+def _quiesce_llvm_across_fork():
+    """No fork while another thread is inside LLVM (a compile, or an executable being freed):
+    the child would inherit a lock held by a thread it does not have, and LLVM's state half-way
+    through a change, and hang on its first compile. The forking thread takes cinnlite's lock
+    and llvmlite's own (the one around every call into LLVM) before the fork, and gives both
+    back on each side."""
+    from llvmlite.binding import ffi
+
+    llvmlite_lock = getattr(ffi.lib, "_lock", None)
+
+    def before():
+        _LOCK.acquire()
+        if llvmlite_lock is not None:
+            llvmlite_lock.__enter__()
+
+    def after():
+        if llvmlite_lock is not None:
+            llvmlite_lock.__exit__(None, None, None)
+        _LOCK.release()
+
+    os.register_at_fork(before=before, after_in_parent=after, after_in_child=after)
+
+
+if hasattr(os, "register_at_fork"):
+    _quiesce_llvm_across_fork()
 
 
 def host_target_machine(opt: int = 3):
@@ -47,12 +78,38 @@ def host_target_machine(opt: int = 3):
 
 
 def optimise(module, tm, opt: int):
+    """Run LLVM's default pipeline for ``opt`` on ``module``, and free the pipeline's objects
+    at once rather than whenever Python gets to them."""
     llvm = _llvm()
     pto = llvm.create_pipeline_tuning_options(speed_level=opt)
-    pto.loop_vectorization = opt >= 2
-    pto.slp_vectorization = opt >= 2
-    pb = llvm.create_pass_builder(tm, pto)
-    pb.getModulePassManager().run(module, pb)
+    try:
+        pto.loop_vectorization = opt >= 2
+        pto.slp_vectorization = opt >= 2
+        pb = llvm.create_pass_builder(tm, pto)
+        try:
+            mpm = pb.getModulePassManager()
+            try:
+                mpm.run(module, pb)
+            finally:
+                _dispose_module_pass_manager(mpm)
+        finally:
+            pb.close()
+    finally:
+        pto.close()
+
+
+def _dispose_module_pass_manager(mpm):
+    """Free a module pass manager. llvmlite's ``close()`` does not: ``ObjectRef``'s empty
+    ``_dispose`` comes first in ``ModulePassManager``'s bases, so every pipeline (tens of KiB
+    per compile) would stay allocated for the life of the process. A llvmlite whose ``close()``
+    works is left to do it itself."""
+    from llvmlite.binding import ffi, newpassmanagers
+
+    if type(mpm)._dispose is ffi.ObjectRef._dispose:
+        newpassmanagers.NewPassManager._dispose(mpm)
+        mpm.detach()
+    else:
+        mpm.close()
 
 
 _ENTRY = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p)
@@ -62,7 +119,6 @@ _STAGE = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_int64, ctype
 #: below it, handing chunks to other threads costs more than it saves.
 PARALLEL_MIN_WORK = 1 << 15
 
-_POOLS: dict = {}
 _ERR = threading.local()
 
 #: The objects entry passes array objects through ctypes; past this many buffers use the table.
@@ -79,23 +135,17 @@ def array_data_offset():
     return offset
 
 
-def _pool(threads: int) -> ThreadPoolExecutor:
-    """A process-wide pool of ``threads - 1`` workers (the caller runs one chunk itself).
-    ctypes releases the GIL around every foreign call, so chunks run truly in parallel."""
-    with _LOCK:
-        if threads not in _POOLS:
-            _POOLS[threads] = ThreadPoolExecutor(max_workers=threads - 1, thread_name_prefix="cinnlite")
-        return _POOLS[threads]
-
-
 def default_threads() -> int:
+    """``CINNLITE_NUM_THREADS`` if set to a positive integer (an error above ``MAX_THREADS``),
+    else the cores this process may use, at most ``MAX_THREADS``."""
     env = os.environ.get("CINNLITE_NUM_THREADS")
     if env and env.isdigit() and int(env) > 0:
-        return int(env)
+        return check_threads(int(env), "CINNLITE_NUM_THREADS")
     try:
-        return max(1, len(os.sched_getaffinity(0)))
+        cores = len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not Linux
-        return max(1, os.cpu_count() or 1)
+        cores = os.cpu_count() or 1
+    return min(max(1, cores), MAX_THREADS)
 
 
 @functools.lru_cache(maxsize=None)
@@ -150,6 +200,7 @@ class CPUExecutable(Executable):
 
     def __init__(self, program, lowered: LoweredProgram, opt_level: int = 3, pass_dumps=(), threads=None,
                  cached: dict | None = None):
+        self.threads = default_threads() if threads is None else check_threads(int(threads))
         llvm = _llvm()
         renderer = LLVMRenderer()
         n_slots = len(lowered.buffer_table())
@@ -198,7 +249,6 @@ class CPUExecutable(Executable):
         if offset is not None:
             proto = ctypes.CFUNCTYPE(ctypes.c_int32, *([ctypes.py_object] * (n_slots + 1)))
             self._entry_objects = proto(engine.get_function_address(renderer.objects_entry))
-        self.threads = default_threads() if threads is None else max(1, int(threads))
         self._stages = stages
         self._parallel = self.threads > 1 and any(
             info.kind != "serial" and info.work >= PARALLEL_MIN_WORK and info.extent > 1 for info in plan)
@@ -206,7 +256,7 @@ class CPUExecutable(Executable):
             sources = {"graph": str(program), "lowered": cached["lowered_text"], "llvm": text, "llvm_opt": opt_text}
         else:
             sources = {"graph": str(program), "lowered": program_str(lowered), "llvm": text, "llvm_opt": opt_text}
-        lazy = {"asm": self._asm}
+        lazy = {"asm": CPUExecutable._asm}  # a function of the executable: a bound method would be a cycle
         for name, dump in pass_dumps:
             sources.setdefault(f"lowered:{name}", dump)
         super().__init__(program, lowered, sources, lazy)
@@ -283,7 +333,6 @@ class CPUExecutable(Executable):
 
     def _run_stages(self, table: int, err: int) -> int:
         """Run stage after stage; split the big parallel ones into one chunk per thread."""
-        pool = _pool(self.threads)
         flagged = False
         for info, fn in self._stages:
             if info.kind == "deferred_check" and not flagged:
@@ -291,22 +340,26 @@ class CPUExecutable(Executable):
             if info.kind == "serial" or info.work < PARALLEL_MIN_WORK or info.extent < 2:
                 status = fn(table, 0, info.extent, err)
             else:
-                n = min(self.threads, info.extent)
-                bounds = [info.extent * k // n for k in range(n + 1)]
-                # Every chunk reports into its own slots; the first chunk that failed holds the
-                # first bad position in row-major order.
-                errs = np.zeros((n, 3), np.int64)
-                base = errs.ctypes.data
-                futures = [pool.submit(fn, table, bounds[k], bounds[k + 1], base + 24 * k) for k in range(1, n)]
-                statuses = [fn(table, bounds[0], bounds[1], base)] + [f.result() for f in futures]
-                status = FLAGGED if FLAGGED in statuses else OK
-                for k, st in enumerate(statuses):
-                    if st == ERROR:
-                        ctypes.memmove(err, base + 24 * k, 24)
-                        status = ERROR
-                        break
+                status = self._run_split(info, fn, table, err)
             if status == FLAGGED:
                 flagged = True
             elif status != OK:
                 return status
         return OK
+
+    def _run_split(self, info, fn, table: int, err: int) -> int:
+        """One stage in ``min(threads, extent)`` chunks on the worker pool. Every chunk reports
+        into its own error slots; the first chunk that failed holds the first bad position in
+        row-major order. The pool returns only once no chunk runs any more, also when an
+        exception (Ctrl-C) cuts the call short: ``table``, ``errs`` and the buffers stay alive
+        until then."""
+        n = min(self.threads, info.extent)
+        bounds = [info.extent * k // n for k in range(n + 1)]
+        errs = np.zeros((n, 3), np.int64)
+        base = errs.ctypes.data
+        statuses = shared_pool().run(lambda k: fn(table, bounds[k], bounds[k + 1], base + 24 * k), n, self.threads)
+        for k, st in enumerate(statuses):
+            if st == ERROR:
+                ctypes.memmove(err, base + 24 * k, 24)
+                return ERROR
+        return FLAGGED if FLAGGED in statuses else OK

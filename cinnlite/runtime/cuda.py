@@ -64,7 +64,7 @@ class CUDABaseExecutable(Executable):
         sources = {"graph": str(program), "lowered": program_str(lowered), "cuda": module.source}
         for name, dump in pass_dumps:
             sources.setdefault(f"lowered:{name}", dump)
-        super().__init__(program, lowered, sources, {"ptx": lambda: self.ptx()})
+        super().__init__(program, lowered, sources, {"ptx": lambda exe: exe.ptx()})
         for arch in nvrtc_check_archs():
             nvrtc.compile_cuda(module.source, arch, fast=True)
 

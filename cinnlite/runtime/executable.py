@@ -2,8 +2,8 @@
 and the ``exe(**arrays)`` / ``exe.run(dict)`` / ``exe.source(stage)`` interface."""
 from __future__ import annotations
 
-import sys
 import threading
+import weakref
 
 import numpy as np
 
@@ -18,17 +18,39 @@ POOL_MAX_BYTES = 1 << 30
 POOL_PER_SHAPE = 2
 
 
+class _Lease:
+    """One handing-out of a pooled block, as the base object of the array the caller gets.
+
+    Every array that can reach the block's memory refers to its lease: the handed-out array
+    has it as ``base``, and a view of that array (or a view of a view) refers to the array,
+    since numpy stops collapsing ``base`` chains at an object that is not an array. So while
+    the lease lives, something the caller can reach may read or write the block; once it is
+    gone (a weak reference tells, whatever the interpreter does with reference counts), nothing
+    can. A fresh array per handing-out also means that what a caller did to an earlier one
+    (reshaped it in place, changed its dtype or flags) never shows in a later result.
+    """
+
+    __slots__ = ("__array_interface__", "block", "__weakref__")
+
+    def __init__(self, block: np.ndarray, shape: tuple, dtype: np.dtype):
+        self.block = block  # keeps the memory alive for as long as an array refers to the lease
+        self.__array_interface__ = {"data": (block.ctypes.data, False), "shape": shape,
+                                    "typestr": dtype.str, "version": 3}
+
+
 class BufferPool:
     """A caching allocator for big outputs and intermediates.
 
     Fresh large arrays cost page faults on first touch, often more than the kernel itself. The
-    pool keeps up to ``POOL_PER_SHAPE`` arrays per (shape, dtype) and hands one out again only
-    when nothing but the pool refers to it any more (the caller dropped the result, or it was an
-    intermediate of a finished call), so a returned array is never overwritten behind its owner.
+    pool keeps up to ``POOL_PER_SHAPE`` blocks of memory per (shape, dtype), and never hands
+    out a block itself: each call gets a new array over a block, and the block is used again
+    only once no array over it is left (the caller dropped the result and every view of it, or
+    it was an intermediate of a finished call), so a result is never overwritten behind its
+    owner's back.
     """
 
     def __init__(self):
-        self._arrays: dict = {}
+        self._blocks: dict = {}  # (shape, dtype) -> [[block, weak reference to its lease or None]]
         self._lock = threading.Lock()
 
     def empty(self, shape, dtype, nbytes: int):
@@ -36,15 +58,15 @@ class BufferPool:
             return np.empty(shape, dtype)
         key = (shape, dtype)
         with self._lock:
-            arrays = self._arrays.setdefault(key, [])
-            for arr in arrays:
-                # 3 references: the list, the loop variable and getrefcount's argument.
-                if sys.getrefcount(arr) == 3:
-                    return arr
-            arr = np.empty(shape, dtype)
-            if len(arrays) < POOL_PER_SHAPE:
-                arrays.append(arr)
-            return arr
+            slots = self._blocks.setdefault(key, [])
+            slot = next((s for s in slots if s[1] is None or s[1]() is None), None)
+            if slot is None:
+                slot = [np.empty(nbytes, np.uint8), None]
+                if len(slots) < POOL_PER_SHAPE:
+                    slots.append(slot)
+            lease = _Lease(slot[0], shape, np.dtype(dtype))
+            slot[1] = weakref.ref(lease)
+        return np.asarray(lease)
 
 
 class Executable:
@@ -54,6 +76,10 @@ class Executable:
     target = "?"
 
     def __init__(self, program, lowered: LoweredProgram, sources: dict, lazy_sources: dict | None = None):
+        """``lazy_sources`` maps a stage to a function of the executable that makes its text on
+        first use (a function of the executable, not a bound method or a closure over it: that
+        would be a reference cycle, and the executable, its code and its buffers would wait for
+        the cyclic garbage collector instead of going with the last reference)."""
         self.program = program
         self.lowered = lowered
         self._sources = dict(sources)
@@ -79,7 +105,7 @@ class Executable:
         if stage in self._sources:
             return self._sources[stage]
         if stage in self._lazy:
-            self._sources[stage] = self._lazy[stage]()
+            self._sources[stage] = self._lazy[stage](self)
             return self._sources[stage]
         raise ValueError(f"unknown stage {stage!r} for target {self.target}; stages: {', '.join(self.stages)}")
 
