@@ -465,7 +465,11 @@ def test_a_damaged_emulation_library_is_rebuilt_not_loaded(cache_dir, how):
     else:
         text, size = text_section(bytes(data))
         data[text:text + size] = b"\xcc" * size
-    path.write_bytes(bytes(data))
+    # A new file in its place: this process has the library mapped, and cutting the mapped
+    # file itself short would bring this process down with SIGBUS the next time it touches it.
+    damaged = path.with_name(path.name + ".damaged")
+    damaged.write_bytes(bytes(data))
+    os.replace(damaged, path)
     child = in_new_process(EMU_CHILD, cache_dir)
     assert child.returncode == 0, f"rc={child.returncode}\n{child.stderr[-3000:]}"
     assert child.stdout.strip() == str(path)
