@@ -1,5 +1,6 @@
 """The ``cinnlite`` command line.
 
+- ``cinnlite --version``: print the version of cinnlite.
 - ``cinnlite demo``: compile, run and check a graph of every operator; print its code.
 - ``cinnlite run MODEL.onnx --input NAME=FILE.npy ... [--target T] [--output-dir DIR]``: import an
   ONNX model, compile it, run it on the given arrays, print (and save) the outputs.
@@ -15,6 +16,8 @@ import argparse
 import os
 import re
 import sys
+
+from . import __version__
 
 TARGETS = ("cpu", "cuda", "cuda-emu")
 CPU_STAGES = ("graph", "lowered", "llvm", "llvm_opt", "asm")
@@ -38,6 +41,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="cinnlite", description="cinnlite: a compiler for gather/scatter operators")
+    parser.add_argument("--version", action="version", version=f"cinnlite {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="{demo,run,emit}", parser_class=_Parser)
     sub.add_parser("demo", help="compile, run and check a graph of every operator; print its code",
                    description="Build a graph that uses every operator, compile it for the CPU, run it, "
