@@ -262,7 +262,43 @@ def test_version_is_the_package_version():
     assert re.fullmatch(r"\d+\.\d+\.\d+\S*", __version__)
 
 
-def test_demo_still_runs():
+def demo_sections(stdout: str) -> dict:
+    """The demo's output as {section title: its lines}; the lines before the first title are
+    under "" and the closing check line under "check"."""
+    sections, title = {"": []}, ""
+    for line in stdout.splitlines():
+        if line.startswith("== ") and line.endswith(" =="):
+            title = line[3:-3]
+            sections[title] = []
+        elif line.startswith("every operator"):
+            sections["check"] = [line]
+        elif line:
+            sections[title].append(line)
+    return sections
+
+
+def test_demo_tells_its_story_on_one_screen():
     proc = cinnlite("demo")
     assert proc.returncode == 0, proc.stderr
-    assert "all outputs match numpy" in proc.stdout
+    assert len(proc.stdout.splitlines()) <= 75, proc.stdout
+    sections = demo_sections(proc.stdout)
+    titles = list(sections)
+    assert [t.split(":")[0].split(" of ")[0] for t in titles] == [
+        "", "graph", "hot loop nest", "optimised LLVM IR", "time", "check"], titles
+    graph, nest, ir, times = (sections[t] for t in titles[1:5])
+
+    assert graph[0].startswith("program message_passing(") and any("scatter_nd(" in line for line in graph)
+    # One kernel after fusion; its hot stage in full, the other stages folded onto one line each.
+    assert nest[0].startswith("kernel scatter_nd_0(") and sum(line.startswith("kernel ") for line in nest) == 1
+    assert sum("{ ... }" in line for line in nest) >= 2 and any("# parallel_rows" in line for line in nest)
+    assert nest[-1].startswith("where n(v) = ") and any("x[n(src[i2]), i3]" in line for line in nest)
+    # The hot loop's basic blocks from the optimised module, not the whole module.
+    assert re.fullmatch(r"[-\w.$]+:", ir[0]) and 3 <= len(ir) <= 30, ir
+    assert not any(line.startswith("define") or "!alias.scope" in line for line in ir)
+    assert any(re.search(r"<\d+ x float>", line) for line in ir), "the hot loop is vectorised"
+
+    rows = {line.split()[0]: line for line in times}
+    assert re.match(r"cinnlite +\d+\.\d\d ms +1\.0x  one fused kernel; (bit-identical|equal)", rows["cinnlite"])
+    assert re.match(r"numpy +\d+\.\d\d ms +\d+\.\dx  np\.add\.at", rows["numpy"])
+    assert re.match(r"torch +(\d+\.\d\d ms +\d+\.\dx |not installed)", rows["torch"])
+    assert sections["check"][0].endswith("matches numpy")
