@@ -10,6 +10,8 @@ from .errors import (CacheWarning, CinnliteError, CinnliteWarning, CompileError,
 from .frontend.netbuilder import NetBuilder
 from .ir.graph import Program, Tensor
 
+# The one place the version is written: pyproject.toml reads it ([tool.setuptools.dynamic]),
+# `cinnlite --version` prints it and the compile cache keys on it.
 __version__ = "0.1.0"
 
 __all__ = [

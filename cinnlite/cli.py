@@ -1,6 +1,7 @@
 """The ``cinnlite`` command line.
 
-- ``cinnlite demo``: compile, run and check a graph of every operator; print its code.
+- ``cinnlite --version``: print the version of cinnlite.
+- ``cinnlite demo``: compile, check and time a message-passing step; print its hot loop.
 - ``cinnlite run MODEL.onnx --input NAME=FILE.npy ... [--target T] [--output-dir DIR]``: import an
   ONNX model, compile it, run it on the given arrays, print (and save) the outputs.
 - ``cinnlite emit MODEL.onnx --stage STAGE [--target T]``: print one compilation stage, or the
@@ -15,6 +16,8 @@ import argparse
 import os
 import re
 import sys
+
+from . import __version__
 
 TARGETS = ("cpu", "cuda", "cuda-emu")
 CPU_STAGES = ("graph", "lowered", "llvm", "llvm_opt", "asm")
@@ -38,11 +41,14 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="cinnlite", description="cinnlite: a compiler for gather/scatter operators")
+    parser.add_argument("--version", action="version", version=f"cinnlite {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="{demo,run,emit}", parser_class=_Parser)
-    sub.add_parser("demo", help="compile, run and check a graph of every operator; print its code",
-                   description="Build a graph that uses every operator, compile it for the CPU, run it, "
-                               "check it against numpy, and print the graph, the loop nests and the LLVM IR "
-                               "of one kernel.")
+    sub.add_parser("demo", help="compile, check and time a message-passing step; print its hot loop",
+                   description="Compile one message-passing step of a graph neural network (a gather, a "
+                               "multiply and a scatter-add) for the CPU; print its graph, the loop nest of its "
+                               "hot kernel and the optimised LLVM IR of its hot loop; check it against numpy and "
+                               "time it beside numpy and PyTorch (where installed); and check a small graph of "
+                               "every operator against numpy.")
 
     run = sub.add_parser(
         "run", help="run an ONNX model on arrays from .npy files",

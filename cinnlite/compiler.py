@@ -1,6 +1,7 @@
 """``cinnlite.compile``: Program -> executable for a target, through the pass pipelines."""
 from __future__ import annotations
 
+from .api_types import Executable, Target
 from .errors import CinnliteError
 from .ir.graph import Program
 from .ir.fusion import inline_computes
@@ -13,8 +14,8 @@ from .runtime.workers import check_threads
 TARGETS = ("cpu", "cuda", "cuda-emu")
 
 
-def compile(program: Program, target: str = "cpu", opt_level: int = 3, deterministic: bool = False,
-            threads: int | None = None, fuse: bool = True, cache: bool = True, dump_passes: bool = False):
+def compile(program: Program, target: Target = "cpu", opt_level: int = 3, deterministic: bool = False,
+            threads: int | None = None, fuse: bool = True, cache: bool = True, dump_passes: bool = False) -> Executable:
     """Compile ``program`` for ``target`` ("cpu", "cuda" or "cuda-emu").
 
     ``opt_level`` 0-3 is LLVM's optimisation level on the CPU. ``deterministic`` asks GPU scatters

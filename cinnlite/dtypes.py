@@ -6,8 +6,10 @@ A :class:`DType` is a frozen value; ``as_dtype`` accepts a DType, a string such 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Union
 
 import numpy as np
+import numpy.typing as npt
 
 from .errors import DTypeError
 
@@ -82,7 +84,12 @@ INDEX_DTYPES = (int32, int64)
 _BY_NAME = {d.name: d for d in DATA_DTYPES}
 
 
-def as_dtype(value, op: str = "dtype") -> DType:
+#: What every ``dtype`` argument accepts: a :class:`DType` (``Float(32)``), a name (``"float32"``)
+#: or anything ``numpy.dtype`` accepts (``np.float32``).
+DTypeLike = Union[DType, npt.DTypeLike]
+
+
+def as_dtype(value: DTypeLike, op: str = "dtype") -> DType:
     """Turn a DType, a dtype name or a numpy dtype into a supported :class:`DType`."""
     if isinstance(value, DType):
         if value in DATA_DTYPES:

@@ -1,14 +1,22 @@
 """The ``cinnlite`` command line, run as a separate process the way a user runs it."""
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 
-onnx = pytest.importorskip("onnx")
-from onnx import TensorProto, helper  # noqa: E402
+from cinnlite import __version__
+
+try:
+    import onnx
+    from onnx import TensorProto, helper
+except ImportError:          # run and emit read ONNX models; demo, --version and --help do not
+    onnx = None
+
+needs_onnx = pytest.mark.skipif(onnx is None, reason="the run and emit commands read ONNX models: pip install onnx")
 
 
 def cinnlite(*args, cwd=None):
@@ -86,6 +94,7 @@ def expected(arrays):
 # -- run ------------------------------------------------------------------------------------------
 
 
+@needs_onnx
 def test_run_prints_and_saves_the_outputs(model_path, inputs, tmp_path):
     arrays, files = inputs
     out_dir = tmp_path / "out"
@@ -98,6 +107,7 @@ def test_run_prints_and_saves_the_outputs(model_path, inputs, tmp_path):
         np.testing.assert_array_equal(got, want)
 
 
+@needs_onnx
 def test_run_on_the_cuda_target_runs_or_says_why_not_in_one_line(static_model_path, tmp_path):
     np.save(tmp_path / "x.npy", np.arange(12, dtype=np.float32).reshape(4, 3))
     np.save(tmp_path / "i.npy", np.array([[0, 1], [3, 2]], np.int64))
@@ -109,6 +119,7 @@ def test_run_on_the_cuda_target_runs_or_says_why_not_in_one_line(static_model_pa
         assert_one_line_error(proc, "cinnlite run: error:")
 
 
+@needs_onnx
 def test_run_reads_onnx_tensor_files(static_model_path, tmp_path):
     x = np.arange(12, dtype=np.float32).reshape(4, 3)
     (tmp_path / "x.pb").write_bytes(onnx.numpy_helper.from_array(x).SerializeToString())
@@ -119,6 +130,7 @@ def test_run_reads_onnx_tensor_files(static_model_path, tmp_path):
     np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), np.array([1, 11], np.float32))
 
 
+@needs_onnx
 def test_run_with_a_bad_model_path(tmp_path, inputs):
     _, files = inputs
     assert_one_line_error(cinnlite("run", tmp_path / "nope.onnx", *input_args(files)),
@@ -128,6 +140,7 @@ def test_run_with_a_bad_model_path(tmp_path, inputs):
     assert_one_line_error(cinnlite("run", junk, *input_args(files)), "cannot read model", "junk.onnx")
 
 
+@needs_onnx
 def test_run_with_a_bad_input_file(model_path, inputs, tmp_path):
     _, files = inputs
     files = dict(files, x=tmp_path / "missing.npy")
@@ -139,6 +152,7 @@ def test_run_with_a_bad_input_file(model_path, inputs, tmp_path):
     assert_one_line_error(cinnlite("run", model_path, *input_args(files)), "input 'x'", "not a .npy file")
 
 
+@needs_onnx
 def test_run_with_wrong_or_missing_inputs(model_path, inputs, tmp_path):
     arrays, files = inputs
     assert_one_line_error(cinnlite("run", model_path, *input_args(files, ("x", "i", "j"))),
@@ -155,6 +169,7 @@ def test_run_with_wrong_or_missing_inputs(model_path, inputs, tmp_path):
     assert_one_line_error(cinnlite("run", model_path, *input_args(files_oob)), "index 4", "out of range")
 
 
+@needs_onnx
 def test_run_with_an_unsupported_model(tmp_path):
     graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="act")], "g",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, (2,))],
@@ -171,6 +186,7 @@ def test_run_with_an_unsupported_model(tmp_path):
 CPU_STAGES = {"graph": "program static", "lowered": "for ", "llvm": "define", "llvm_opt": "define", "asm": ""}
 
 
+@needs_onnx
 @pytest.mark.parametrize("stage", list(CPU_STAGES))
 def test_emit_each_cpu_stage(static_model_path, stage):
     proc = cinnlite("emit", static_model_path, "--target", "cpu", "--stage", stage)
@@ -178,6 +194,7 @@ def test_emit_each_cpu_stage(static_model_path, stage):
     assert proc.stdout.strip() and CPU_STAGES[stage] in proc.stdout
 
 
+@needs_onnx
 @pytest.mark.parametrize("stage", ["graph", "lowered", "cuda", "ptx"])
 def test_emit_each_cuda_stage(static_model_path, stage):
     proc = cinnlite("emit", static_model_path, "--target", "cuda", "--stage", stage)
@@ -188,6 +205,7 @@ def test_emit_each_cuda_stage(static_model_path, stage):
         assert_one_line_error(proc, "cinnlite emit: error:")
 
 
+@needs_onnx
 def test_emit_dot(model_path):
     proc = cinnlite("emit", model_path, "--stage", "dot", "--shape", "x=4,3", "--shape", "j=4,2", "--shape", "u=4,2")
     assert proc.returncode == 0, proc.stderr
@@ -195,6 +213,7 @@ def test_emit_dot(model_path):
     assert '"x" -> "y"' in proc.stdout and '"i" -> "y"' in proc.stdout and '"u" -> "z"' in proc.stdout
 
 
+@needs_onnx
 def test_emit_needs_shapes_for_symbolic_dimensions(model_path):
     assert_one_line_error(cinnlite("emit", model_path, "--stage", "graph"), "graph input 'x'", "symbolic")
     proc = cinnlite("emit", model_path, "--shape", "x=4,3", "--shape", "j=4,2", "--shape", "u=4,2")
@@ -203,6 +222,7 @@ def test_emit_needs_shapes_for_symbolic_dimensions(model_path):
     assert_one_line_error(cinnlite("emit", model_path, "--shape", "x=4;3"), "--shape 'x=4;3'")
 
 
+@needs_onnx
 def test_emit_an_unknown_stage(static_model_path):
     assert_one_line_error(cinnlite("emit", static_model_path, "--stage", "bytecode"),
                           "unknown stage 'bytecode'", "llvm_opt", "ptx", "dot")
@@ -210,6 +230,7 @@ def test_emit_an_unknown_stage(static_model_path):
                           "target 'cpu' has no stage 'ptx'")
 
 
+@needs_onnx
 def test_emit_a_bad_model_path(tmp_path):
     assert_one_line_error(cinnlite("emit", tmp_path / "none.onnx", "--stage", "llvm"), "none.onnx", "no such file")
 
@@ -234,7 +255,50 @@ def test_usage_errors_are_one_line():
     assert_one_line_error(cinnlite("frobnicate"), "invalid choice", status=2)
 
 
-def test_demo_still_runs():
+def test_version_is_the_package_version():
+    proc = cinnlite("--version")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == f"cinnlite {__version__}"
+    assert re.fullmatch(r"\d+\.\d+\.\d+\S*", __version__)
+
+
+def demo_sections(stdout: str) -> dict:
+    """The demo's output as {section title: its lines}; the lines before the first title are
+    under "" and the closing check line under "check"."""
+    sections, title = {"": []}, ""
+    for line in stdout.splitlines():
+        if line.startswith("== ") and line.endswith(" =="):
+            title = line[3:-3]
+            sections[title] = []
+        elif line.startswith("every operator"):
+            sections["check"] = [line]
+        elif line:
+            sections[title].append(line)
+    return sections
+
+
+def test_demo_tells_its_story_on_one_screen():
     proc = cinnlite("demo")
     assert proc.returncode == 0, proc.stderr
-    assert "all outputs match numpy" in proc.stdout
+    assert len(proc.stdout.splitlines()) <= 75, proc.stdout
+    sections = demo_sections(proc.stdout)
+    titles = list(sections)
+    assert [t.split(":")[0].split(" of ")[0] for t in titles] == [
+        "", "graph", "hot loop nest", "optimised LLVM IR", "time", "check"], titles
+    graph, nest, ir, times = (sections[t] for t in titles[1:5])
+
+    assert graph[0].startswith("program message_passing(") and any("scatter_nd(" in line for line in graph)
+    # One kernel after fusion; its hot stage in full, the other stages folded onto one line each.
+    assert nest[0].startswith("kernel scatter_nd_0(") and sum(line.startswith("kernel ") for line in nest) == 1
+    assert sum("{ ... }" in line for line in nest) >= 2 and any("# parallel_rows" in line for line in nest)
+    assert nest[-1].startswith("where n(v) = ") and any("x[n(src[i2]), i3]" in line for line in nest)
+    # The hot loop's basic blocks from the optimised module, not the whole module.
+    assert re.fullmatch(r"[-\w.$]+:", ir[0]) and 3 <= len(ir) <= 30, ir
+    assert not any(line.startswith("define") or "!alias.scope" in line for line in ir)
+    assert any(re.search(r"<\d+ x float>", line) for line in ir), "the hot loop is vectorised"
+
+    rows = {line.split()[0]: line for line in times}
+    assert re.match(r"cinnlite +\d+\.\d\d ms +1\.0x  one fused kernel; (bit-identical|equal)", rows["cinnlite"])
+    assert re.match(r"numpy +\d+\.\d\d ms +\d+\.\dx  np\.add\.at", rows["numpy"])
+    assert re.match(r"torch +(\d+\.\d\d ms +\d+\.\dx |not installed)", rows["torch"])
+    assert sections["check"][0].endswith("matches numpy")

@@ -6,9 +6,12 @@ Every method checks its operator's rules at once (see :mod:`cinnlite.ir.ops`) an
 from __future__ import annotations
 
 import re
+from typing import Sequence
 
 import numpy as np
+import numpy.typing as npt
 
+from ..api_types import DTypeLike, IndexLayout, IndexMode, Reduction, Scalar, ShapeLike
 from ..dtypes import as_dtype
 from ..errors import ValidationError
 from ..ir import ops
@@ -21,7 +24,7 @@ _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-:/]*$")
 class NetBuilder:
     """Records operators into a graph; ``build()`` returns an immutable :class:`Program`."""
 
-    def __init__(self, name: str = "program"):
+    def __init__(self, name: str = "program") -> None:
         self.name = str(name)
         self._inputs: list[Tensor] = []
         self._nodes: list[Node] = []
@@ -65,20 +68,19 @@ class NetBuilder:
 
     # -- inputs and constants ------------------------------------------------------------------
 
-    def create_input(self, dtype, shape, name: str) -> Tensor:
+    def create_input(self, dtype: DTypeLike, shape: ShapeLike, name: str) -> Tensor:
         """A graph input with a static shape, bound by name at run time."""
-        dtype = as_dtype(dtype, "create_input")
-        shape = ops._check_shape("create_input", shape)
-        t = Tensor(self._claim("create_input", name), shape, dtype)
+        static_shape = ops._check_shape("create_input", shape)
+        t = Tensor(self._claim("create_input", name), static_shape, as_dtype(dtype, "create_input"))
         self._inputs.append(t)
         self._tensors[t.name] = t
         return t
 
-    def fill_constant(self, shape, value, dtype, name: str | None = None) -> Tensor:
+    def fill_constant(self, shape: ShapeLike, value: Scalar, dtype: DTypeLike, name: str | None = None) -> Tensor:
         """A tensor of ``shape`` whose every element is ``value``."""
         return self._add("fill_constant", [], name, shape=shape, value=value, dtype=dtype)
 
-    def constant(self, value, dtype=None, name: str | None = None) -> Tensor:
+    def constant(self, value: npt.ArrayLike, dtype: DTypeLike | None = None, name: str | None = None) -> Tensor:
         """A tensor holding a copy of a numpy array (or anything ``np.asarray`` takes)."""
         try:
             arr = np.asarray(value)
@@ -96,13 +98,14 @@ class NetBuilder:
         self._tensors[out.name] = out
         return out
 
-    def reshape(self, x, shape, name: str | None = None) -> Tensor:
+    def reshape(self, x: Tensor, shape: ShapeLike, name: str | None = None) -> Tensor:
         """The same elements in row-major order with a new shape (one -1 allowed)."""
         return self._add("reshape", [self._own("reshape", x, "x")], name, shape=shape)
 
     # -- indexing operators (SEMANTICS.md) ------------------------------------------------------
 
-    def take(self, x, indices, axis=0, batch_dims=0, mode="raise", fill_value=0, name=None) -> Tensor:
+    def take(self, x: Tensor, indices: Tensor, axis: int | None = 0, batch_dims: int = 0, mode: IndexMode = "raise",
+             fill_value: Scalar = 0, name: str | None = None) -> Tensor:
         """Gather slices of ``x`` along ``axis`` (``axis=None`` flattens ``x`` first)."""
         x = self._own("take", x, "x")
         indices = self._own("take", indices, "indices")
@@ -112,26 +115,30 @@ class NetBuilder:
         return self._add("take", [x, indices], name, axis=axis, batch_dims=batch_dims, mode=mode,
                          fill_value=fill_value)
 
-    def gather(self, x, index, axis=0, mode="raise", fill_value=0, name=None) -> Tensor:
+    def gather(self, x: Tensor, index: Tensor, axis: int = 0, mode: IndexMode = "raise", fill_value: Scalar = 0,
+               name: str | None = None) -> Tensor:
         """Gather elements along ``axis``: ``out[i] = x[i with i[axis] = index[i]]``."""
         return self._add("gather", [self._own("gather", x, "x"), self._own("gather", index, "index")],
                          name, axis=axis, mode=mode, fill_value=fill_value)
 
-    def gather_nd(self, x, index, batch_dims=0, dims=None, index_layout="last", mode="raise",
-                  fill_value=0, name=None) -> Tensor:
+    def gather_nd(self, x: Tensor, index: Tensor, batch_dims: int = 0, dims: Sequence[int] | None = None,
+                  index_layout: IndexLayout = "last", mode: IndexMode = "raise", fill_value: Scalar = 0,
+                  name: str | None = None) -> Tensor:
         """Gather by index tuples: the slice form (``dims=None``) or the element form."""
         return self._add("gather_nd", [self._own("gather_nd", x, "x"), self._own("gather_nd", index, "index")],
                          name, batch_dims=batch_dims, dims=dims, index_layout=index_layout, mode=mode,
                          fill_value=fill_value)
 
-    def scatter(self, x, index, src, axis=0, reduce="none", mode="raise", name=None) -> Tensor:
+    def scatter(self, x: Tensor, index: Tensor, src: Tensor, axis: int = 0, reduce: Reduction = "none",
+                mode: IndexMode = "raise", name: str | None = None) -> Tensor:
         """A copy of ``x`` with ``src`` scattered along ``axis`` at ``index``."""
         op = "scatter"
         return self._add(op, [self._own(op, x, "x"), self._own(op, index, "index"), self._own(op, src, "src")],
                          name, axis=axis, reduce=reduce, mode=mode)
 
-    def scatter_nd(self, x, index, src, dims=None, reduce="none", index_layout="last", mode="raise",
-                   name=None) -> Tensor:
+    def scatter_nd(self, x: Tensor, index: Tensor, src: Tensor, dims: Sequence[int] | None = None,
+                   reduce: Reduction = "none", index_layout: IndexLayout = "last", mode: IndexMode = "raise",
+                   name: str | None = None) -> Tensor:
         """A copy of ``x`` with ``src`` scattered at index tuples (slice or element form)."""
         op = "scatter_nd"
         return self._add(op, [self._own(op, x, "x"), self._own(op, index, "index"), self._own(op, src, "src")],
@@ -142,39 +149,39 @@ class NetBuilder:
     def _binary(self, op, a, b, name):
         return self._add(op, [self._own(op, a, "a"), self._own(op, b, "b")], name)
 
-    def add(self, a, b, name=None) -> Tensor:
+    def add(self, a: Tensor, b: Tensor, name: str | None = None) -> Tensor:
         """``a + b`` (integers wrap around)."""
         return self._binary("add", a, b, name)
 
-    def subtract(self, a, b, name=None) -> Tensor:
+    def subtract(self, a: Tensor, b: Tensor, name: str | None = None) -> Tensor:
         """``a - b`` (integers wrap around)."""
         return self._binary("subtract", a, b, name)
 
-    def multiply(self, a, b, name=None) -> Tensor:
+    def multiply(self, a: Tensor, b: Tensor, name: str | None = None) -> Tensor:
         """``a * b`` (integers wrap around)."""
         return self._binary("multiply", a, b, name)
 
-    def divide(self, a, b, name=None) -> Tensor:
+    def divide(self, a: Tensor, b: Tensor, name: str | None = None) -> Tensor:
         """``a / b`` for floats (IEEE); for integers numpy's floor division ``a // b``, with
         ``x // 0 == 0`` as numpy gives (without its warning)."""
         return self._binary("divide", a, b, name)
 
-    def maximum(self, a, b, name=None) -> Tensor:
+    def maximum(self, a: Tensor, b: Tensor, name: str | None = None) -> Tensor:
         """Elementwise maximum; a NaN in either operand gives NaN (numpy's ``maximum``)."""
         return self._binary("maximum", a, b, name)
 
-    def minimum(self, a, b, name=None) -> Tensor:
+    def minimum(self, a: Tensor, b: Tensor, name: str | None = None) -> Tensor:
         """Elementwise minimum; a NaN in either operand gives NaN (numpy's ``minimum``)."""
         return self._binary("minimum", a, b, name)
 
-    def cast(self, x, dtype, name=None) -> Tensor:
+    def cast(self, x: Tensor, dtype: DTypeLike, name: str | None = None) -> Tensor:
         """Convert to ``dtype`` like numpy's ``astype``. Float to integer truncates toward zero
         and saturates at the integer's range (NaN gives 0); to bool is ``x != 0``."""
         return self._add("cast", [self._own("cast", x, "x")], name, dtype=dtype)
 
     # -- build ---------------------------------------------------------------------------------
 
-    def build(self, outputs=None) -> Program:
+    def build(self, outputs: Tensor | Sequence[Tensor] | None = None) -> Program:
         """Freeze the graph. ``outputs`` defaults to every result no other operator consumes."""
         if outputs is None:
             used = {t.name for node in self._nodes for t in node.inputs}

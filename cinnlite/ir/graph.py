@@ -17,7 +17,7 @@ class Tensor:
     """A value in the graph: a name, a static shape and a dtype."""
 
     name: str
-    shape: tuple
+    shape: tuple[int, ...]
     dtype: DType
 
     @property
@@ -40,8 +40,8 @@ class Node:
     """One operator application. ``attrs`` is a tuple of ``(name, value)`` pairs."""
 
     op: str
-    inputs: tuple
-    attrs: tuple
+    inputs: tuple[Tensor, ...]
+    attrs: tuple[tuple[str, Any], ...]
     output: Tensor
 
     def attr(self, name: str, default: Any = None) -> Any:
@@ -51,7 +51,7 @@ class Node:
         return default
 
     @property
-    def attr_dict(self) -> dict:
+    def attr_dict(self) -> dict[str, Any]:
         return dict(self.attrs)
 
 
@@ -68,18 +68,18 @@ class Program:
     """A built graph: its inputs, nodes in topological order and outputs."""
 
     name: str
-    inputs: tuple
-    nodes: tuple
-    outputs: tuple
+    inputs: tuple[Tensor, ...]
+    nodes: tuple[Node, ...]
+    outputs: tuple[Tensor, ...]
 
     @property
-    def tensors(self) -> dict:
+    def tensors(self) -> dict[str, Tensor]:
         table = {t.name: t for t in self.inputs}
         for node in self.nodes:
             table[node.output.name] = node.output
         return table
 
-    def producer(self, name: str):
+    def producer(self, name: str) -> Node | None:
         for node in self.nodes:
             if node.output.name == name:
                 return node

@@ -316,7 +316,7 @@ class CUDAExecutable(CUDABaseExecutable):
     def _buffer_dtype(self, name):
         return next(b.dtype.np for b in self._table if b.name == name)
 
-    def time_kernels(self, inputs: dict, repeat: int = 20, warmup: int = 3) -> list:
+    def time_kernels(self, inputs: dict, repeat: int = 20, warmup: int = 3) -> list[float]:
         """Seconds taken by all the launches of one run, with the inputs already on the device,
         measured with CUDA events ``repeat`` times (for benchmarks; needs a GPU)."""
         arrays = self._check_inputs(inputs)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import weakref
+from typing import Any
 
 import numpy as np
 
@@ -97,7 +98,7 @@ class Executable:
     # -- stages ----------------------------------------------------------------------------------
 
     @property
-    def stages(self) -> tuple:
+    def stages(self) -> tuple[str, ...]:
         return tuple(self._sources) + tuple(k for k in self._lazy if k not in self._sources)
 
     def source(self, stage: str) -> str:
@@ -187,14 +188,17 @@ class Executable:
             outs[b.name] = arr if b.name in self._produced else np.array(arr, copy=True)
         return outs
 
-    def run(self, inputs: dict) -> dict:
+    def run(self, inputs: dict) -> dict[str, np.ndarray]:
         """Run on a dict of input arrays; returns ``{output name: array}``."""
         if not isinstance(inputs, dict):
             raise InputError("run() takes a dict of input name -> array")
         return self._run(self._check_inputs(inputs))
 
-    def __call__(self, **inputs):
-        """Run on keyword arrays; returns the output array, or a tuple in output order."""
+    def __call__(self, **inputs: np.typing.ArrayLike) -> Any:
+        """Run on keyword arrays; returns the output array, or a tuple in output order.
+
+        Typed ``Any`` because which of the two it is depends on the program, not on the call:
+        a union would make every caller narrow a result whose kind it already knows."""
         outs = self._run(self._check_inputs(inputs))
         values = tuple(outs[b.name] for b in self.lowered.outputs)
         return values[0] if len(values) == 1 else values
