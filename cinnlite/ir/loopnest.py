@@ -13,7 +13,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from ..dtypes import DType, bool_, int64
+from ..errors import IndexOutOfRangeError
 
 # -- buffers ------------------------------------------------------------------------------------
 
@@ -250,6 +253,13 @@ class IndexCheck:
     shape: tuple       # the index tensor's shape
     sizes: tuple       # the axis size each index addresses; one entry, or one per tuple component
     tuple_axis: int | None = None  # which index axis runs over tuple components (gather_nd)
+
+    def error(self, position: int, value: int) -> IndexOutOfRangeError:
+        """The error of this check failing at flat ``position`` of the index tensor with the
+        index ``value``: one place, so every runtime and the reference evaluator say the same."""
+        pos = tuple(int(p) for p in np.unravel_index(position, self.shape)) if self.shape else ()
+        size = self.sizes[0] if self.tuple_axis is None else self.sizes[pos[self.tuple_axis]]
+        return IndexOutOfRangeError(f"{self.op} '{self.node}'", self.input, pos, value, size)
 
 
 @dataclass(frozen=True)

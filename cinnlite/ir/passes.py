@@ -1,7 +1,8 @@
 """Passes over the loop-nest IR: pure functions Kernel -> Kernel, run from visible lists.
 
 ``CPU_PIPELINE`` and ``GPU_PIPELINE`` name the passes each backend runs, in order; every
-pass's output can be dumped (``run_pipeline(..., dump=True)``).
+pass's output can be dumped (``run_pipeline(..., dump=True)``) and run by the reference
+evaluator (``cinnlite.ir.evaluate``), which is how the tests check each pass on its own.
 """
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import IndexOutOfRangeError, InputError, InputTypeError
+from ..errors import InputError, InputTypeError
 from ..ir.loopnest import LoweredProgram
 
 
@@ -173,12 +173,9 @@ class Executable:
         """Raise the IndexError of a failed check. ``value`` is the bad index where the kernel
         reported it; otherwise it is read from the index buffer, which must then exist."""
         chk = self._checks[check_id]
-        pos = np.unravel_index(position, chk.shape) if chk.shape else ()
-        pos = tuple(int(p) for p in pos)
         if value is None:
             value = int(np.asarray(buffers[chk.buffer]).reshape(-1)[position])
-        size = chk.sizes[0] if chk.tuple_axis is None else chk.sizes[pos[chk.tuple_axis]]
-        raise IndexOutOfRangeError(f"{chk.op} '{chk.node}'", chk.input, pos, value, size)
+        raise chk.error(position, value)
 
     def _outputs(self, buffers: dict) -> dict:
         outs = {}
