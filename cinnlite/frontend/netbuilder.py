@@ -56,10 +56,15 @@ class NetBuilder:
                                   f"{role} '{value.name}' does not belong to NetBuilder '{self.name}'")
         return value
 
-    def _add(self, op: str, inputs, name=None, **attrs) -> Tensor:
-        attrs_t, shape, dtype = ops.INFER[op](inputs, **attrs)
+    def _add(self, op: str, operands, name=None, **arguments) -> Tensor:
+        """Add a node of operator ``op`` (see :data:`cinnlite.ir.ops.OPERATORS`): check that the
+        operands are this builder's tensors, let the operator check its rules and infer its
+        output, then claim the output's name."""
+        definition = ops.OPERATORS[op]
+        inputs = tuple(self._own(op, t, role) for t, role in zip(operands, definition.operands, strict=True))
+        attrs, shape, dtype = definition.infer(inputs, **arguments)
         out = Tensor(self._claim(op, name), tuple(shape), dtype)
-        self._nodes.append(Node(op, tuple(inputs), attrs_t, out))
+        self._nodes.append(Node(op, inputs, definition.node_attrs(attrs), out))
         self._tensors[out.name] = out
         return out
 
@@ -68,7 +73,7 @@ class NetBuilder:
     def create_input(self, dtype, shape, name: str) -> Tensor:
         """A graph input with a static shape, bound by name at run time."""
         dtype = as_dtype(dtype, "create_input")
-        shape = ops._check_shape("create_input", shape)
+        shape = ops.check_shape("create_input", shape)
         t = Tensor(self._claim("create_input", name), shape, dtype)
         self._inputs.append(t)
         self._tensors[t.name] = t
@@ -84,7 +89,7 @@ class NetBuilder:
             arr = np.asarray(value)
         except (ValueError, TypeError) as exc:
             raise ValidationError("constant", "value is a rectangular array", f"cannot make an array: {exc}") from None
-        ops._check_shape("constant", arr.shape)
+        ops.check_shape("constant", arr.shape)
         dt = as_dtype(dtype if dtype is not None else arr.dtype, "constant")
         if dtype is not None and arr.dtype != dt.np:
             cast = arr.astype(dt.np)
@@ -98,7 +103,7 @@ class NetBuilder:
 
     def reshape(self, x, shape, name: str | None = None) -> Tensor:
         """The same elements in row-major order with a new shape (one -1 allowed)."""
-        return self._add("reshape", [self._own("reshape", x, "x")], name, shape=shape)
+        return self._add("reshape", [x], name, shape=shape)
 
     # -- indexing operators (SEMANTICS.md) ------------------------------------------------------
 
@@ -114,33 +119,28 @@ class NetBuilder:
 
     def gather(self, x, index, axis=0, mode="raise", fill_value=0, name=None) -> Tensor:
         """Gather elements along ``axis``: ``out[i] = x[i with i[axis] = index[i]]``."""
-        return self._add("gather", [self._own("gather", x, "x"), self._own("gather", index, "index")],
-                         name, axis=axis, mode=mode, fill_value=fill_value)
+        return self._add("gather", [x, index], name, axis=axis, mode=mode, fill_value=fill_value)
 
     def gather_nd(self, x, index, batch_dims=0, dims=None, index_layout="last", mode="raise",
                   fill_value=0, name=None) -> Tensor:
         """Gather by index tuples: the slice form (``dims=None``) or the element form."""
-        return self._add("gather_nd", [self._own("gather_nd", x, "x"), self._own("gather_nd", index, "index")],
-                         name, batch_dims=batch_dims, dims=dims, index_layout=index_layout, mode=mode,
-                         fill_value=fill_value)
+        return self._add("gather_nd", [x, index], name, batch_dims=batch_dims, dims=dims, index_layout=index_layout,
+                         mode=mode, fill_value=fill_value)
 
     def scatter(self, x, index, src, axis=0, reduce="none", mode="raise", name=None) -> Tensor:
         """A copy of ``x`` with ``src`` scattered along ``axis`` at ``index``."""
-        op = "scatter"
-        return self._add(op, [self._own(op, x, "x"), self._own(op, index, "index"), self._own(op, src, "src")],
-                         name, axis=axis, reduce=reduce, mode=mode)
+        return self._add("scatter", [x, index, src], name, axis=axis, reduce=reduce, mode=mode)
 
     def scatter_nd(self, x, index, src, dims=None, reduce="none", index_layout="last", mode="raise",
                    name=None) -> Tensor:
         """A copy of ``x`` with ``src`` scattered at index tuples (slice or element form)."""
-        op = "scatter_nd"
-        return self._add(op, [self._own(op, x, "x"), self._own(op, index, "index"), self._own(op, src, "src")],
-                         name, dims=dims, reduce=reduce, index_layout=index_layout, mode=mode)
+        return self._add("scatter_nd", [x, index, src], name, dims=dims, reduce=reduce, index_layout=index_layout,
+                         mode=mode)
 
     # -- elementwise operators (numpy broadcasting) ------------------------------------------------
 
     def _binary(self, op, a, b, name):
-        return self._add(op, [self._own(op, a, "a"), self._own(op, b, "b")], name)
+        return self._add(op, [a, b], name)
 
     def add(self, a, b, name=None) -> Tensor:
         """``a + b`` (integers wrap around)."""
@@ -170,7 +170,7 @@ class NetBuilder:
     def cast(self, x, dtype, name=None) -> Tensor:
         """Convert to ``dtype`` like numpy's ``astype``. Float to integer truncates toward zero
         and saturates at the integer's range (NaN gives 0); to bool is ``x != 0``."""
-        return self._add("cast", [self._own("cast", x, "x")], name, dtype=dtype)
+        return self._add("cast", [x], name, dtype=dtype)
 
     # -- build ---------------------------------------------------------------------------------
 

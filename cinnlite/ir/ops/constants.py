@@ -1,0 +1,23 @@
+"""``fill_constant``: a tensor whose every element is one value."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...dtypes import as_dtype
+from .common import check_scalar, check_shape
+from .definition import OpDef
+
+
+@dataclass(frozen=True)
+class FillConstantAttrs:
+    value: bool | int | float
+
+
+def infer_fill_constant(inputs, shape, value, dtype):
+    shape = check_shape("fill_constant", shape)
+    dtype = as_dtype(dtype, "fill_constant")
+    value = check_scalar("fill_constant", "value", value, dtype)
+    return FillConstantAttrs(value), shape, dtype
+
+
+FILL_CONSTANT = OpDef("fill_constant", operands=(), attrs=FillConstantAttrs, infer=infer_fill_constant)

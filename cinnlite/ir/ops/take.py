@@ -1,0 +1,45 @@
+"""``take``: slices of ``x`` along one axis, picked by ``indices`` (ONNX Gather, ``np.take``).
+
+``out[p, i, r] = x[p, indices[p[:b], i], r]`` with ``b = batch_dims``; see SEMANTICS.md.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...errors import ValidationError
+from .common import check_index_dtype, check_mode, check_nonempty_axis, check_scalar, int_attr, normalize_axis
+from .definition import OpDef
+
+
+@dataclass(frozen=True)
+class TakeAttrs:
+    axis: int = 0
+    batch_dims: int = 0
+    mode: str = "raise"
+    fill_value: bool | int | float = 0
+
+
+def infer_take(inputs, axis, batch_dims, mode, fill_value):
+    x, idx = inputs
+    op = "take"
+    check_index_dtype(op, idx, idx.name)
+    check_mode(op, mode)
+    r, q = x.ndim, idx.ndim
+    axis = normalize_axis(op, axis, r)
+    b = int_attr(op, "batch_dims", batch_dims)
+    if not -q <= b <= q:
+        raise ValidationError(op, "batch_dims in [-q, q]",
+                              f"batch_dims={b} is out of range for an index of rank {q}: valid [{-q}, {q}]")
+    b = b + q if b < 0 else b
+    if b > axis:
+        raise ValidationError(op, "batch_dims <= axis", f"batch_dims={b} is greater than axis={axis}")
+    if tuple(x.shape[:b]) != tuple(idx.shape[:b]):
+        raise ValidationError(op, "x.shape[:batch_dims] == indices.shape[:batch_dims]",
+                              f"batch shapes differ: x {x.shape[:b]} vs indices {idx.shape[:b]}", input=idx.name)
+    fill_value = check_scalar(op, "fill_value", fill_value, x.dtype)
+    check_nonempty_axis(op, mode, x.shape[axis], idx)
+    shape = tuple(x.shape[:axis]) + tuple(idx.shape[b:]) + tuple(x.shape[axis + 1:])
+    return TakeAttrs(axis, b, mode, fill_value), shape, x.dtype
+
+
+TAKE = OpDef("take", operands=("x", "indices"), attrs=TakeAttrs, infer=infer_take)
