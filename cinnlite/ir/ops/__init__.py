@@ -1,9 +1,14 @@
-"""The operators, one module each, and :data:`OPERATORS`, the registry that graph building
-looks them up in.
+"""Every operator, one module each, and :data:`OPERATORS`: the registry in which graph
+building (``NetBuilder._add``) and lowering (:func:`cinnlite.ir.lower.lower_program`) look an
+operator up by its name.
 
-Each operator module declares its attributes (a frozen dataclass), checks its rules and infers
-its output shape and dtype, in one :class:`OpDef`; the rules several operators share live in
-:mod:`.common`.
+An operator's module holds all there is to it, joined in one :class:`OpDef`: the frozen
+dataclass of its attributes, the function that checks its rules and infers its output shape
+and dtype, and the function that lowers one of its nodes to loop nests. What several operators
+share is written once: the rules (modes, reductions, axes, ``dims``, index dtypes, scalars,
+shapes) in :mod:`.common`, the lowering machinery (loop nests, :class:`~cinnlite.ir.lower.IndexValue`,
+the check nests of ``mode="raise"``, the gather, scatter and elementwise kernels) in
+:mod:`cinnlite.ir.lower`.
 """
 from __future__ import annotations
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...dtypes import DType, as_dtype
+from ..loopnest import Cast, Kernel
+from ..lower import LoweringContext, elementwise_kernel
 from .definition import OpDef
 
 
@@ -19,4 +21,9 @@ def infer_cast(inputs, dtype):
     return CastAttrs(dtype), tuple(x.shape), dtype
 
 
-CAST = OpDef("cast", operands=("x",), attrs=CastAttrs, infer=infer_cast)
+def lower_cast(ctx: LoweringContext, node, attrs: CastAttrs) -> Kernel:
+    """A compute converting each element (the renderers give :class:`Cast` numpy's meaning)."""
+    return elementwise_kernel(node, lambda x: Cast(attrs.dtype, x))
+
+
+CAST = OpDef("cast", operands=("x",), attrs=CastAttrs, infer=infer_cast, lower=lower_cast)

@@ -21,12 +21,16 @@ class OpDef:
     method. ``infer(inputs, **arguments)`` takes the input tensors and the builder method's
     arguments, checks every rule of SEMANTICS.md and returns ``(attrs, shape, dtype)`` of the
     node, or raises ``ValidationError``/``DTypeError`` naming the operator and the rule.
+    ``lower(ctx, node, attrs)`` returns the node's :class:`~cinnlite.ir.loopnest.Kernel`,
+    built with the shared machinery of :mod:`cinnlite.ir.lower` (``ctx`` is its
+    :class:`~cinnlite.ir.lower.LoweringContext`).
     """
 
     name: str
     operands: tuple
     attrs: type
     infer: Callable
+    lower: Callable
 
     def node_attrs(self, attrs) -> tuple:
         """``attrs`` as a graph node holds them: ``(name, value)`` pairs in field order."""

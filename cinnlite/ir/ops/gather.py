@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...errors import ValidationError
+from ..loopnest import Kernel, Load, Store
+from ..lower import IndexValue, LoopVars, LoweringContext, buffer_of, gather_value, loop_nest, make_kernel
 from .common import check_index_dtype, check_mode, check_nonempty_axis, check_scalar, normalize_axis
 from .definition import OpDef
 
@@ -36,4 +38,19 @@ def infer_gather(inputs, axis, mode, fill_value):
     return GatherAttrs(axis, mode, fill_value), tuple(idx.shape), x.dtype
 
 
-GATHER = OpDef("gather", operands=("x", "index"), attrs=GatherAttrs, infer=infer_gather)
+def lower_gather(ctx: LoweringContext, node, attrs: GatherAttrs) -> Kernel:
+    """A compute over the output (the index's shape), reading ``x`` at the resolved index."""
+    x, idx = (buffer_of(t) for t in node.inputs)
+    out = buffer_of(node.output)
+    axis, mode = attrs.axis, attrs.mode
+    o = LoopVars().make(len(out.shape))
+    r = IndexValue(Load(idx, tuple(o)), x.shape[axis], mode)
+    x_pos = list(o)
+    x_pos[axis] = r.index
+    value = gather_value(x, x_pos, [r], attrs.fill_value)
+    compute = loop_nest(o, out.shape, Store(out, tuple(o), value))
+    body, checks = ctx.with_check(node, mode, idx, (x.shape[axis],), compute)
+    return make_kernel(node, body, checks=checks)
+
+
+GATHER = OpDef("gather", operands=("x", "index"), attrs=GatherAttrs, infer=infer_gather, lower=lower_gather)

@@ -8,6 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...errors import ValidationError
+from ..loopnest import Kernel, Store
+from ..lower import (IndexValue, LoopVars, LoweringContext, buffer_of, gather_value, loop_nest, make_kernel,
+                     tuple_load)
 from .common import (check_index_dtype, check_layout, check_mode, check_nonempty_axis, check_scalar,
                      index_tuple_shape, int_attr, normalize_dims)
 from .definition import OpDef
@@ -79,4 +82,31 @@ def _slice_form(x, idx, ishape, b, mode):
     return ishape[:-1] + tuple(x.shape[b + m:])
 
 
-GATHER_ND = OpDef("gather_nd", operands=("x", "index"), attrs=GatherNdAttrs, infer=infer_gather_nd)
+def lower_gather_nd(ctx: LoweringContext, node, attrs: GatherNdAttrs) -> Kernel:
+    """A compute over the output, reading ``x`` where the resolved tuple components point."""
+    x, idx = (buffer_of(t) for t in node.inputs)
+    out = buffer_of(node.output)
+    b, dims, layout, mode = attrs.batch_dims, attrs.dims, attrs.index_layout, attrs.mode
+    q = len(idx.shape)
+    m = idx.shape[0] if layout == "first" else idx.shape[-1]
+    o = LoopVars().make(len(out.shape))
+    if dims is None:
+        outer = o[:q - 1]
+        resolved = [IndexValue(tuple_load(idx, layout, outer, k), x.shape[b + k], mode) for k in range(m)]
+        x_pos = list(o[:b]) + [r.index for r in resolved] + list(o[q - 1:])
+        sizes = tuple(x.shape[b:b + m])
+    else:
+        resolved = [IndexValue(tuple_load(idx, layout, o, k), x.shape[d], mode) for k, d in enumerate(dims)]
+        x_pos = list(o)
+        for r, d in zip(resolved, dims):
+            x_pos[d] = r.index
+        sizes = tuple(x.shape[d] for d in dims)
+    value = gather_value(x, x_pos, resolved, attrs.fill_value)
+    compute = loop_nest(o, out.shape, Store(out, tuple(o), value))
+    tuple_axis = 0 if layout == "first" else q - 1
+    body, checks = ctx.with_check(node, mode, idx, sizes, compute, tuple_axis=tuple_axis)
+    return make_kernel(node, body, checks=checks)
+
+
+GATHER_ND = OpDef("gather_nd", operands=("x", "index"), attrs=GatherNdAttrs, infer=infer_gather_nd,
+                  lower=lower_gather_nd)

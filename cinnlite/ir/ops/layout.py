@@ -6,6 +6,8 @@ import operator
 from dataclasses import dataclass
 
 from ...errors import ValidationError
+from ..loopnest import Buffer, For, Kernel, Load, Store, const
+from ..lower import LoopVars, LoweringContext, make_kernel
 from .definition import OpDef
 
 
@@ -33,4 +35,14 @@ def infer_reshape(inputs, shape):
     return ReshapeAttrs(shape), shape, x.dtype
 
 
-RESHAPE = OpDef("reshape", operands=("x",), attrs=ReshapeAttrs, infer=infer_reshape)
+def lower_reshape(ctx: LoweringContext, node, attrs: ReshapeAttrs) -> Kernel:
+    """A flat copy: both buffers viewed as one row-major axis."""
+    x, out = node.inputs[0], node.output
+    flat_in = Buffer(x.name, x.dtype, (x.size,))
+    flat_out = Buffer(out.name, out.dtype, (out.size,))
+    (i,) = LoopVars().make(1)
+    body = For(i, const(out.size), Store(flat_out, (i,), Load(flat_in, (i,))))
+    return make_kernel(node, body)
+
+
+RESHAPE = OpDef("reshape", operands=("x",), attrs=ReshapeAttrs, infer=infer_reshape, lower=lower_reshape)

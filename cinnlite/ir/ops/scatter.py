@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...errors import ValidationError
+from ..loopnest import Kernel, Load
+from ..lower import IndexValue, LoweringContext, buffer_of, scatter_kernel
 from .common import check_index_dtype, check_mode, check_nonempty_axis, check_reduce, check_src, normalize_axis
 from .definition import OpDef
 
@@ -44,4 +46,20 @@ def infer_scatter(inputs, axis, reduce, mode):
     return ScatterAttrs(axis, reduce, mode), tuple(x.shape), x.dtype
 
 
-SCATTER = OpDef("scatter", operands=("x", "index", "src"), attrs=ScatterAttrs, infer=infer_scatter)
+def lower_scatter(ctx: LoweringContext, node, attrs: ScatterAttrs) -> Kernel:
+    """Copy, then one update per index position: ``src`` at that position, into ``out`` at the
+    position with its ``axis`` coordinate replaced by the resolved index."""
+    x, idx, src = (buffer_of(t) for t in node.inputs)
+    axis, mode = attrs.axis, attrs.mode
+
+    def update(u):
+        r = IndexValue(Load(idx, tuple(u)), x.shape[axis], mode)
+        t = list(u)
+        t[axis] = r.index
+        return t, Load(src, tuple(u)), [r]
+
+    return scatter_kernel(ctx, node, attrs, idx.shape, update, idx, (x.shape[axis],))
+
+
+SCATTER = OpDef("scatter", operands=("x", "index", "src"), attrs=ScatterAttrs, infer=infer_scatter,
+                lower=lower_scatter)

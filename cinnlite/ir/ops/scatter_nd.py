@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...errors import ValidationError
+from ..loopnest import Kernel, Load
+from ..lower import IndexValue, LoweringContext, buffer_of, scatter_kernel, tuple_load
 from .common import (check_index_dtype, check_layout, check_mode, check_nonempty_axis, check_reduce, check_src,
                      index_tuple_shape, normalize_dims)
 from .definition import OpDef
@@ -74,4 +76,45 @@ def _check_slice_form(x, idx, src, ishape, mode):
         check_nonempty_axis(op, mode, x.shape[k], idx)
 
 
-SCATTER_ND = OpDef("scatter_nd", operands=("x", "index", "src"), attrs=ScatterNdAttrs, infer=infer_scatter_nd)
+def lower_scatter_nd(ctx: LoweringContext, node, attrs: ScatterNdAttrs) -> Kernel:
+    """Copy, then one update per element of ``src``, in row-major order."""
+    x, idx, src = (buffer_of(t) for t in node.inputs)
+    layout = attrs.index_layout
+    q = len(idx.shape)
+    m = idx.shape[0] if layout == "first" else idx.shape[-1]
+    tuple_axis = 0 if layout == "first" else q - 1
+    if attrs.dims is None:
+        update, sizes = _slice_updates(x, idx, src, layout, attrs.mode, m)
+    else:
+        update, sizes = _element_updates(x, idx, src, layout, attrs.mode, attrs.dims)
+    return scatter_kernel(ctx, node, attrs, tuple(src.shape), update, idx, sizes, tuple_axis)
+
+
+def _slice_updates(x, idx, src, layout, mode, m):
+    """The slice form: ``src[ι, ρ]`` goes to ``out[index[ι], ρ]``; the addressed axis sizes."""
+    q = len(idx.shape)
+
+    def update(u):
+        outer, rho = u[:q - 1], u[q - 1:]
+        rs = [IndexValue(tuple_load(idx, layout, outer, k), x.shape[k], mode) for k in range(m)]
+        return [r.index for r in rs] + list(rho), Load(src, tuple(u)), rs
+
+    return update, tuple(x.shape[:m])
+
+
+def _element_updates(x, idx, src, layout, mode, dims):
+    """The element form: ``src[p]`` goes to ``out[p with p[dims[k]] = index[p, k]]``; the
+    addressed axis sizes."""
+
+    def update(u):
+        rs = [IndexValue(tuple_load(idx, layout, u, k), x.shape[d], mode) for k, d in enumerate(dims)]
+        t = list(u)
+        for r, d in zip(rs, dims):
+            t[d] = r.index
+        return t, Load(src, tuple(u)), rs
+
+    return update, tuple(x.shape[d] for d in dims)
+
+
+SCATTER_ND = OpDef("scatter_nd", operands=("x", "index", "src"), attrs=ScatterNdAttrs, infer=infer_scatter_nd,
+                   lower=lower_scatter_nd)

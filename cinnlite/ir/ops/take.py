@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...errors import ValidationError
+from ..loopnest import Kernel, Load, Store
+from ..lower import IndexValue, LoopVars, LoweringContext, buffer_of, gather_value, loop_nest, make_kernel
 from .common import check_index_dtype, check_mode, check_nonempty_axis, check_scalar, int_attr, normalize_axis
 from .definition import OpDef
 
@@ -42,4 +44,20 @@ def infer_take(inputs, axis, batch_dims, mode, fill_value):
     return TakeAttrs(axis, b, mode, fill_value), shape, x.dtype
 
 
-TAKE = OpDef("take", operands=("x", "indices"), attrs=TakeAttrs, infer=infer_take)
+def lower_take(ctx: LoweringContext, node, attrs: TakeAttrs) -> Kernel:
+    """A compute over the output; batch positions address both ``x`` and ``indices``."""
+    x, idx = (buffer_of(t) for t in node.inputs)
+    out = buffer_of(node.output)
+    axis, b, mode = attrs.axis, attrs.batch_dims, attrs.mode
+    q = len(idx.shape)
+    o = LoopVars().make(len(out.shape))
+    idx_pos = tuple(o[:b]) + tuple(o[axis:axis + q - b])
+    r = IndexValue(Load(idx, idx_pos), x.shape[axis], mode)
+    x_pos = list(o[:axis]) + [r.index] + list(o[axis + q - b:])
+    value = gather_value(x, x_pos, [r], attrs.fill_value)
+    compute = loop_nest(o, out.shape, Store(out, tuple(o), value))
+    body, checks = ctx.with_check(node, mode, idx, (x.shape[axis],), compute)
+    return make_kernel(node, body, checks=checks)
+
+
+TAKE = OpDef("take", operands=("x", "indices"), attrs=TakeAttrs, infer=infer_take, lower=lower_take)
