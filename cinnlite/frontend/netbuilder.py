@@ -7,12 +7,9 @@ from __future__ import annotations
 
 import re
 
-import numpy as np
-
 from ..dtypes import as_dtype
 from ..errors import ValidationError
 from ..ir import ops
-from ..ir.constant import ConstArray
 from ..ir.graph import Node, Program, Tensor
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-:/]*$")
@@ -85,21 +82,7 @@ class NetBuilder:
 
     def constant(self, value, dtype=None, name: str | None = None) -> Tensor:
         """A tensor holding a copy of a numpy array (or anything ``np.asarray`` takes)."""
-        try:
-            arr = np.asarray(value)
-        except (ValueError, TypeError) as exc:
-            raise ValidationError("constant", "value is a rectangular array", f"cannot make an array: {exc}") from None
-        ops.check_shape("constant", arr.shape)
-        dt = as_dtype(dtype if dtype is not None else arr.dtype, "constant")
-        if dtype is not None and arr.dtype != dt.np:
-            cast = arr.astype(dt.np)
-            if not np.array_equal(cast.astype(arr.dtype), arr):
-                raise ValidationError("constant", "value fits the dtype", f"values do not fit in {dt}")
-            arr = cast
-        out = Tensor(self._claim("constant", name), tuple(arr.shape), dt)
-        self._nodes.append(Node("constant", (), (("value", ConstArray(arr)),), out))
-        self._tensors[out.name] = out
-        return out
+        return self._add("constant", [], name, value=value, dtype=dtype)
 
     def reshape(self, x, shape, name: str | None = None) -> Tensor:
         """The same elements in row-major order with a new shape (one -1 allowed)."""

@@ -247,11 +247,12 @@ def lower_program(program: Program) -> LoweredProgram:
     kernels = []
     constants = []
     for node in program.nodes:
-        if node.op == "constant":
-            constants.append((buffer_of(node.output), node.attr("value")))
-            continue
         definition = OPERATORS[node.op]
-        kernels.append(definition.lower(ctx, node, definition.attrs_of(node)))
+        attrs = definition.attrs_of(node)
+        if definition.lower is None:  # data, bound as a buffer: a constant
+            constants.append((buffer_of(node.output), attrs.value))
+        else:
+            kernels.append(definition.lower(ctx, node, attrs))
     inputs = tuple(buffer_of(t) for t in program.inputs)
     outputs = tuple(buffer_of(t) for t in program.outputs)
     out_names = {b.name for b in outputs}

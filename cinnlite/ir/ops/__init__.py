@@ -15,7 +15,7 @@ from __future__ import annotations
 from .cast import CAST
 from .common import (INDEX_LAYOUTS, MODES, REDUCTIONS, check_scalar, check_shape, index_tuple_shape,
                      normalize_axis)
-from .constants import FILL_CONSTANT
+from .constants import CONSTANT, FILL_CONSTANT
 from .definition import NoAttrs, OpDef
 from .elementwise import BINARIES, ELEMENTWISE_BINARY, broadcast_shapes
 from .gather import GATHER
@@ -36,7 +36,7 @@ def _registry(*definitions: OpDef) -> dict:
 
 
 #: Every operator by name.
-OPERATORS: dict[str, OpDef] = _registry(FILL_CONSTANT, RESHAPE, CAST, *BINARIES, TAKE, GATHER, GATHER_ND,
+OPERATORS: dict[str, OpDef] = _registry(FILL_CONSTANT, CONSTANT, RESHAPE, CAST, *BINARIES, TAKE, GATHER, GATHER_ND,
                                         SCATTER, SCATTER_ND)
 
 __all__ = ["OPERATORS", "OpDef", "NoAttrs", "MODES", "REDUCTIONS", "INDEX_LAYOUTS", "ELEMENTWISE_BINARY",

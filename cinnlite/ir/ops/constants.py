@@ -1,9 +1,16 @@
-"""``fill_constant``: a tensor whose every element is one value."""
+"""The constants: ``fill_constant``, a tensor whose every element is one value, and
+``constant``, a tensor holding a copy of an array.
+
+A ``constant`` is no kernel: its value is data, which the runtimes bind as a buffer."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from ...dtypes import as_dtype
+from ...errors import ValidationError
+from ..constant import ConstArray
 from ..loopnest import Kernel, Store, const
 from ..lower import LoopVars, LoweringContext, buffer_of, loop_nest, make_kernel
 from .common import check_scalar, check_shape
@@ -32,3 +39,27 @@ def lower_fill_constant(ctx: LoweringContext, node, attrs: FillConstantAttrs) ->
 
 FILL_CONSTANT = OpDef("fill_constant", operands=(), attrs=FillConstantAttrs, infer=infer_fill_constant,
                       lower=lower_fill_constant)
+
+
+@dataclass(frozen=True)
+class ConstantAttrs:
+    value: ConstArray
+
+
+def infer_constant(inputs, value, dtype):
+    """``value`` as an array (of ``dtype`` if given, which must hold every value exactly)."""
+    try:
+        arr = np.asarray(value)
+    except (ValueError, TypeError) as exc:
+        raise ValidationError("constant", "value is a rectangular array", f"cannot make an array: {exc}") from None
+    check_shape("constant", arr.shape)
+    dt = as_dtype(dtype if dtype is not None else arr.dtype, "constant")
+    if dtype is not None and arr.dtype != dt.np:
+        cast = arr.astype(dt.np)
+        if not np.array_equal(cast.astype(arr.dtype), arr):
+            raise ValidationError("constant", "value fits the dtype", f"values do not fit in {dt}")
+        arr = cast
+    return ConstantAttrs(ConstArray(arr)), tuple(arr.shape), dt
+
+
+CONSTANT = OpDef("constant", operands=(), attrs=ConstantAttrs, infer=infer_constant, lower=None)

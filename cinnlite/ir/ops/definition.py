@@ -23,14 +23,16 @@ class OpDef:
     node, or raises ``ValidationError``/``DTypeError`` naming the operator and the rule.
     ``lower(ctx, node, attrs)`` returns the node's :class:`~cinnlite.ir.loopnest.Kernel`,
     built with the shared machinery of :mod:`cinnlite.ir.lower` (``ctx`` is its
-    :class:`~cinnlite.ir.lower.LoweringContext`).
+    :class:`~cinnlite.ir.lower.LoweringContext`). It is None for an operator whose output is
+    data known when the graph is built (``constant``): the runtimes bind its ``value``
+    attribute as a buffer, and no kernel computes it.
     """
 
     name: str
     operands: tuple
     attrs: type
     infer: Callable
-    lower: Callable
+    lower: Callable | None
 
     def node_attrs(self, attrs) -> tuple:
         """``attrs`` as a graph node holds them: ``(name, value)`` pairs in field order."""
