@@ -92,6 +92,7 @@ class NetBuilder:
 
     def take(self, x, indices, axis=0, batch_dims=0, mode="raise", fill_value=0, name=None) -> Tensor:
         """Gather slices of ``x`` along ``axis`` (``axis=None`` flattens ``x`` first)."""
+        # Operands are checked before the flattening reshape, so a bad one is take's error.
         x = self._own("take", x, "x")
         indices = self._own("take", indices, "indices")
         if axis is None:

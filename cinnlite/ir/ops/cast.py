@@ -12,10 +12,13 @@ from .definition import OpDef
 
 @dataclass(frozen=True)
 class CastAttrs:
+    """The target dtype."""
+
     dtype: DType
 
 
 def infer_cast(inputs, dtype):
+    """Output x's shape in ``dtype``, any supported dtype."""
     (x,) = inputs
     dtype = as_dtype(dtype, "cast")
     return CastAttrs(dtype), tuple(x.shape), dtype

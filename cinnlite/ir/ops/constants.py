@@ -19,10 +19,13 @@ from .definition import OpDef
 
 @dataclass(frozen=True)
 class FillConstantAttrs:
+    """The value, a Python number of the output dtype."""
+
     value: bool | int | float
 
 
 def infer_fill_constant(inputs, shape, value, dtype):
+    """Output ``shape`` and ``dtype``, which must hold ``value`` exactly."""
     shape = check_shape("fill_constant", shape)
     dtype = as_dtype(dtype, "fill_constant")
     value = check_scalar("fill_constant", "value", value, dtype)
@@ -43,6 +46,8 @@ FILL_CONSTANT = OpDef("fill_constant", operands=(), attrs=FillConstantAttrs, inf
 
 @dataclass(frozen=True)
 class ConstantAttrs:
+    """A read-only copy of the array, compared and hashed by content."""
+
     value: ConstArray
 
 

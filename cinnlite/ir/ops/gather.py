@@ -15,12 +15,15 @@ from .definition import OpDef
 
 @dataclass(frozen=True)
 class GatherAttrs:
+    """``axis`` non-negative; ``fill_value`` a Python number of x's dtype."""
+
     axis: int = 0
     mode: str = "raise"
     fill_value: bool | int | float = 0
 
 
 def infer_gather(inputs, axis, mode, fill_value):
+    """Output ``index.shape``, x's dtype."""
     x, idx = inputs
     op = "gather"
     check_index_dtype(op, idx, idx.name)

@@ -18,6 +18,9 @@ from .definition import OpDef
 
 @dataclass(frozen=True)
 class GatherNdAttrs:
+    """``dims`` None (slice form) or a tuple of non-negative axes; ``fill_value`` a Python
+    number of x's dtype."""
+
     batch_dims: int = 0
     dims: tuple | None = None
     index_layout: str = "last"
@@ -26,6 +29,7 @@ class GatherNdAttrs:
 
 
 def infer_gather_nd(inputs, batch_dims, dims, index_layout, mode, fill_value):
+    """The rules both forms share, then those of the form ``dims`` selects; x's dtype."""
     x, idx = inputs
     op = "gather_nd"
     check_index_dtype(op, idx, idx.name)

@@ -13,10 +13,13 @@ from .definition import OpDef
 
 @dataclass(frozen=True)
 class ReshapeAttrs:
+    """The output shape, its ``-1`` resolved."""
+
     shape: tuple
 
 
 def infer_reshape(inputs, shape):
+    """Output ``shape`` (a ``-1`` takes the remaining count), x's dtype."""
     (x,) = inputs
     op = "reshape"
     try:

@@ -17,12 +17,15 @@ from .definition import OpDef
 
 @dataclass(frozen=True)
 class ScatterAttrs:
+    """``axis`` non-negative."""
+
     axis: int = 0
     reduce: str = "none"
     mode: str = "raise"
 
 
 def infer_scatter(inputs, axis, reduce, mode):
+    """Output x's shape and dtype."""
     x, idx, src = inputs
     op = "scatter"
     check_index_dtype(op, idx, idx.name)

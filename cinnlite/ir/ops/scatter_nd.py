@@ -18,6 +18,8 @@ from .definition import OpDef
 
 @dataclass(frozen=True)
 class ScatterNdAttrs:
+    """``dims`` None (slice form) or a tuple of non-negative axes."""
+
     dims: tuple | None = None
     reduce: str = "none"
     index_layout: str = "last"
@@ -25,6 +27,7 @@ class ScatterNdAttrs:
 
 
 def infer_scatter_nd(inputs, dims, reduce, index_layout, mode):
+    """The rules both forms share, then those of the form ``dims`` selects; x's shape and dtype."""
     x, idx, src = inputs
     op = "scatter_nd"
     check_index_dtype(op, idx, idx.name)

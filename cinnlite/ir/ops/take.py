@@ -15,6 +15,8 @@ from .definition import OpDef
 
 @dataclass(frozen=True)
 class TakeAttrs:
+    """``axis`` and ``batch_dims`` non-negative; ``fill_value`` a Python number of x's dtype."""
+
     axis: int = 0
     batch_dims: int = 0
     mode: str = "raise"
@@ -22,6 +24,7 @@ class TakeAttrs:
 
 
 def infer_take(inputs, axis, batch_dims, mode, fill_value):
+    """Output ``x.shape[:axis] + indices.shape[batch_dims:] + x.shape[axis+1:]``, x's dtype."""
     x, idx = inputs
     op = "take"
     check_index_dtype(op, idx, idx.name)
