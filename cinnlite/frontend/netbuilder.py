@@ -8,14 +8,12 @@ from __future__ import annotations
 import re
 from typing import Sequence
 
-import numpy as np
 import numpy.typing as npt
 
 from ..api_types import DTypeLike, IndexLayout, IndexMode, Reduction, Scalar, ShapeLike
 from ..dtypes import as_dtype
 from ..errors import ValidationError
 from ..ir import ops
-from ..ir.constant import ConstArray
 from ..ir.graph import Node, Program, Tensor
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-:/]*$")
@@ -59,10 +57,15 @@ class NetBuilder:
                                   f"{role} '{value.name}' does not belong to NetBuilder '{self.name}'")
         return value
 
-    def _add(self, op: str, inputs, name=None, **attrs) -> Tensor:
-        attrs_t, shape, dtype = ops.INFER[op](inputs, **attrs)
+    def _add(self, op: str, operands, name=None, **arguments) -> Tensor:
+        """Add a node of operator ``op`` (see :data:`cinnlite.ir.ops.OPERATORS`): check that the
+        operands are this builder's tensors, let the operator check its rules and infer its
+        output, then claim the output's name."""
+        definition = ops.OPERATORS[op]
+        inputs = tuple(self._own(op, t, role) for t, role in zip(operands, definition.operands, strict=True))
+        attrs, shape, dtype = definition.infer(inputs, **arguments)
         out = Tensor(self._claim(op, name), tuple(shape), dtype)
-        self._nodes.append(Node(op, tuple(inputs), attrs_t, out))
+        self._nodes.append(Node(op, inputs, definition.node_attrs(attrs), out))
         self._tensors[out.name] = out
         return out
 
@@ -70,8 +73,9 @@ class NetBuilder:
 
     def create_input(self, dtype: DTypeLike, shape: ShapeLike, name: str) -> Tensor:
         """A graph input with a static shape, bound by name at run time."""
-        static_shape = ops._check_shape("create_input", shape)
-        t = Tensor(self._claim("create_input", name), static_shape, as_dtype(dtype, "create_input"))
+        checked_dtype = as_dtype(dtype, "create_input")
+        static_shape = ops.check_shape("create_input", shape)
+        t = Tensor(self._claim("create_input", name), static_shape, checked_dtype)
         self._inputs.append(t)
         self._tensors[t.name] = t
         return t
@@ -82,31 +86,18 @@ class NetBuilder:
 
     def constant(self, value: npt.ArrayLike, dtype: DTypeLike | None = None, name: str | None = None) -> Tensor:
         """A tensor holding a copy of a numpy array (or anything ``np.asarray`` takes)."""
-        try:
-            arr = np.asarray(value)
-        except (ValueError, TypeError) as exc:
-            raise ValidationError("constant", "value is a rectangular array", f"cannot make an array: {exc}") from None
-        ops._check_shape("constant", arr.shape)
-        dt = as_dtype(dtype if dtype is not None else arr.dtype, "constant")
-        if dtype is not None and arr.dtype != dt.np:
-            cast = arr.astype(dt.np)
-            if not np.array_equal(cast.astype(arr.dtype), arr):
-                raise ValidationError("constant", "value fits the dtype", f"values do not fit in {dt}")
-            arr = cast
-        out = Tensor(self._claim("constant", name), tuple(arr.shape), dt)
-        self._nodes.append(Node("constant", (), (("value", ConstArray(arr)),), out))
-        self._tensors[out.name] = out
-        return out
+        return self._add("constant", [], name, value=value, dtype=dtype)
 
     def reshape(self, x: Tensor, shape: ShapeLike, name: str | None = None) -> Tensor:
         """The same elements in row-major order with a new shape (one -1 allowed)."""
-        return self._add("reshape", [self._own("reshape", x, "x")], name, shape=shape)
+        return self._add("reshape", [x], name, shape=shape)
 
     # -- indexing operators (SEMANTICS.md) ------------------------------------------------------
 
     def take(self, x: Tensor, indices: Tensor, axis: int | None = 0, batch_dims: int = 0, mode: IndexMode = "raise",
              fill_value: Scalar = 0, name: str | None = None) -> Tensor:
         """Gather slices of ``x`` along ``axis`` (``axis=None`` flattens ``x`` first)."""
+        # Operands are checked before the flattening reshape, so a bad one is take's error.
         x = self._own("take", x, "x")
         indices = self._own("take", indices, "indices")
         if axis is None:
@@ -118,36 +109,31 @@ class NetBuilder:
     def gather(self, x: Tensor, index: Tensor, axis: int = 0, mode: IndexMode = "raise", fill_value: Scalar = 0,
                name: str | None = None) -> Tensor:
         """Gather elements along ``axis``: ``out[i] = x[i with i[axis] = index[i]]``."""
-        return self._add("gather", [self._own("gather", x, "x"), self._own("gather", index, "index")],
-                         name, axis=axis, mode=mode, fill_value=fill_value)
+        return self._add("gather", [x, index], name, axis=axis, mode=mode, fill_value=fill_value)
 
     def gather_nd(self, x: Tensor, index: Tensor, batch_dims: int = 0, dims: Sequence[int] | None = None,
                   index_layout: IndexLayout = "last", mode: IndexMode = "raise", fill_value: Scalar = 0,
                   name: str | None = None) -> Tensor:
         """Gather by index tuples: the slice form (``dims=None``) or the element form."""
-        return self._add("gather_nd", [self._own("gather_nd", x, "x"), self._own("gather_nd", index, "index")],
-                         name, batch_dims=batch_dims, dims=dims, index_layout=index_layout, mode=mode,
-                         fill_value=fill_value)
+        return self._add("gather_nd", [x, index], name, batch_dims=batch_dims, dims=dims, index_layout=index_layout,
+                         mode=mode, fill_value=fill_value)
 
     def scatter(self, x: Tensor, index: Tensor, src: Tensor, axis: int = 0, reduce: Reduction = "none",
                 mode: IndexMode = "raise", name: str | None = None) -> Tensor:
         """A copy of ``x`` with ``src`` scattered along ``axis`` at ``index``."""
-        op = "scatter"
-        return self._add(op, [self._own(op, x, "x"), self._own(op, index, "index"), self._own(op, src, "src")],
-                         name, axis=axis, reduce=reduce, mode=mode)
+        return self._add("scatter", [x, index, src], name, axis=axis, reduce=reduce, mode=mode)
 
     def scatter_nd(self, x: Tensor, index: Tensor, src: Tensor, dims: Sequence[int] | None = None,
                    reduce: Reduction = "none", index_layout: IndexLayout = "last", mode: IndexMode = "raise",
                    name: str | None = None) -> Tensor:
         """A copy of ``x`` with ``src`` scattered at index tuples (slice or element form)."""
-        op = "scatter_nd"
-        return self._add(op, [self._own(op, x, "x"), self._own(op, index, "index"), self._own(op, src, "src")],
-                         name, dims=dims, reduce=reduce, index_layout=index_layout, mode=mode)
+        return self._add("scatter_nd", [x, index, src], name, dims=dims, reduce=reduce, index_layout=index_layout,
+                         mode=mode)
 
     # -- elementwise operators (numpy broadcasting) ------------------------------------------------
 
     def _binary(self, op, a, b, name):
-        return self._add(op, [self._own(op, a, "a"), self._own(op, b, "b")], name)
+        return self._add(op, [a, b], name)
 
     def add(self, a: Tensor, b: Tensor, name: str | None = None) -> Tensor:
         """``a + b`` (integers wrap around)."""
@@ -177,7 +163,7 @@ class NetBuilder:
     def cast(self, x: Tensor, dtype: DTypeLike, name: str | None = None) -> Tensor:
         """Convert to ``dtype`` like numpy's ``astype``. Float to integer truncates toward zero
         and saturates at the integer's range (NaN gives 0); to bool is ``x != 0``."""
-        return self._add("cast", [self._own("cast", x, "x")], name, dtype=dtype)
+        return self._add("cast", [x], name, dtype=dtype)
 
     # -- build ---------------------------------------------------------------------------------
 

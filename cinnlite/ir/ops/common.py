@@ -1,0 +1,153 @@
+"""The rules several operators share: integer attributes, axes, modes, reductions, index
+dtypes and layouts, scalars that must fit a dtype, shapes and ``dims`` lists.
+
+Each check raises :class:`ValidationError` or :class:`DTypeError` naming the operator, the
+input and the rule, with the same rule text for every operator that applies it, so that one
+rule reads the same wherever it is broken (SEMANTICS.md).
+"""
+from __future__ import annotations
+
+import math
+import operator
+
+import numpy as np
+
+from ...dtypes import INDEX_DTYPES, DType
+from ...errors import DTypeError, ValidationError
+
+MODES = ("raise", "clip", "wrap", "fill")
+REDUCTIONS = ("none", "add", "mul", "max", "min", "mean")
+INDEX_LAYOUTS = ("last", "first")
+
+
+def int_attr(op, name, value, allow_none=False):
+    """``value`` as a Python int; bools, floats and strings are not integers."""
+    if value is None and allow_none:
+        return None
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise ValidationError(op, f"{name} is an integer", f"{name} must be an integer, got {value!r}")
+    return int(value)
+
+
+def normalize_axis(op, axis, rank, name="axis"):
+    """An axis of a rank-``rank`` input in ``[-rank, rank-1]``, returned non-negative."""
+    axis = int_attr(op, name, axis)
+    if rank == 0:
+        raise ValidationError(op, f"{name} in [-r, r-1]", f"{name}={axis} is invalid for a rank-0 input")
+    if not -rank <= axis < rank:
+        raise ValidationError(op, f"{name} in [-r, r-1]",
+                              f"{name}={axis} is out of range for rank {rank}: valid [{-rank}, {rank - 1}]")
+    return axis + rank if axis < 0 else axis
+
+
+def check_mode(op, mode):
+    """``mode`` is one of :data:`MODES` (the index policy of SEMANTICS.md)."""
+    if mode not in MODES:
+        raise ValidationError(op, "mode is one of raise/clip/wrap/fill",
+                              f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
+
+
+def check_reduce(op, reduce, dtype):
+    """``reduce`` is one of :data:`REDUCTIONS`; bool data combines with ``"none"`` only."""
+    if reduce not in REDUCTIONS:
+        raise ValidationError(op, "reduce is one of none/add/mul/max/min/mean",
+                              f"unknown reduce {reduce!r}; expected one of {', '.join(REDUCTIONS)}")
+    if dtype.is_bool and reduce != "none":
+        raise DTypeError(op, "bool data: reduce none only",
+                         f"reduce={reduce!r} is not defined on bool data; only 'none'")
+
+
+def check_index_dtype(op, index, name="index"):
+    """Index tensors are int32 or int64."""
+    if index.dtype not in INDEX_DTYPES:
+        raise DTypeError(op, "index dtype is int32 or int64",
+                         f"index dtype {index.dtype} is not supported; use int32 or int64", input=name)
+
+
+def check_layout(op, layout):
+    """``index_layout`` is one of :data:`INDEX_LAYOUTS`: where the index tuples run."""
+    if layout not in INDEX_LAYOUTS:
+        raise ValidationError(op, "index_layout is last or first",
+                              f"unknown index_layout {layout!r}; expected 'last' or 'first'")
+
+
+def check_nonempty_axis(op, mode, size, index, what="axis"):
+    """clip and wrap need a position to move to; an empty axis has none."""
+    if size == 0 and index.size > 0 and mode in ("clip", "wrap"):
+        raise ValidationError(op, f"mode {mode} needs a non-empty {what}",
+                              f"mode={mode!r} cannot map indices onto an empty {what} (size 0)",
+                              input=index.name)
+
+
+def check_scalar(op, name, value, dtype: DType):
+    """A Python scalar that must be exactly representable in ``dtype``; returns it normalised."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    if dtype.is_bool:
+        if not isinstance(value, (bool, int)) or value not in (0, 1):
+            raise ValidationError(op, f"{name} fits the dtype", f"{name}={value!r} is not a bool")
+        return bool(value)
+    if dtype.is_float:
+        if not isinstance(value, (bool, int, float)):
+            raise ValidationError(op, f"{name} fits the dtype", f"{name}={value!r} is not a number")
+        value = float(value)
+        if math.isfinite(value) and abs(value) > float(np.finfo(dtype.np).max):
+            raise ValidationError(op, f"{name} fits the dtype", f"{name}={value!r} overflows {dtype}")
+        return value
+    if isinstance(value, float):
+        if not value.is_integer():
+            raise ValidationError(op, f"{name} fits the dtype",
+                                  f"{name}={value!r} is not an integer, and the dtype is {dtype}")
+        value = int(value)
+    if not isinstance(value, (bool, int)):
+        raise ValidationError(op, f"{name} fits the dtype", f"{name}={value!r} is not an integer")
+    info = np.iinfo(dtype.np)
+    if not info.min <= int(value) <= info.max:
+        raise ValidationError(op, f"{name} fits the dtype", f"{name}={value!r} does not fit in {dtype}")
+    return int(value)
+
+
+def check_shape(op, shape):
+    """A shape as a tuple of ints: non-negative, with an element count 64-bit arithmetic can address."""
+    try:
+        shape = tuple(operator.index(d) for d in shape)
+    except TypeError:
+        raise ValidationError(op, "shape is a tuple of integers", f"shape {shape!r} is not a tuple of integers") from None
+    if any(d < 0 for d in shape):
+        raise ValidationError(op, "dimensions are non-negative", f"shape {shape} has a negative dimension")
+    if math.prod(shape) >= 2**63 or any(d >= 2**63 for d in shape):
+        raise ValidationError(op, "element count fits int64",
+                              f"shape {shape} has more elements than 64-bit index arithmetic can address")
+    return shape
+
+
+def index_tuple_shape(idx_shape, layout):
+    """The index shape with the tuple axis last, whatever the layout."""
+    idx_shape = tuple(idx_shape)
+    return idx_shape[1:] + idx_shape[:1] if layout == "first" else idx_shape
+
+
+def normalize_dims(op, dims, r, m):
+    """The element form's ``dims``: distinct axes of a rank-``r`` ``x``, one per tuple component
+    (``m`` of them), returned non-negative."""
+    try:
+        dims = tuple(int_attr(op, "dims", d) for d in dims)
+    except TypeError:
+        raise ValidationError(op, "dims is a list of axes", f"dims={dims!r} is not a list of integers") from None
+    out = []
+    for d in dims:
+        if not -r <= d < r:
+            raise ValidationError(op, "dims are axes of x", f"dims entry {d} is out of range for rank {r}")
+        out.append(d + r if d < 0 else d)
+    if len(set(out)) != len(out):
+        raise ValidationError(op, "dims are distinct", f"dims={list(dims)} repeats an axis")
+    if len(out) != m:
+        raise ValidationError(op, "index.shape[-1] == len(dims)",
+                              f"index tuples have length {m} but dims has {len(out)} entries")
+    return tuple(out)
+
+
+def check_src(op, x, src):
+    """A scatter's updates have the data dtype."""
+    if src.dtype != x.dtype:
+        raise DTypeError(op, "src dtype == x dtype", f"src has dtype {src.dtype}, x has {x.dtype}", input=src.name)
