@@ -60,8 +60,12 @@ def infer_constant(inputs, value, dtype):
     check_shape("constant", arr.shape)
     dt = as_dtype(dtype if dtype is not None else arr.dtype, "constant")
     if dtype is not None and arr.dtype != dt.np:
-        cast = arr.astype(dt.np)
-        if not np.array_equal(cast.astype(arr.dtype), arr):
+        try:
+            cast = arr.astype(dt.np)
+            fits = np.array_equal(cast.astype(arr.dtype), arr)
+        except (ValueError, TypeError, OverflowError):  # text, objects: nothing numpy can convert
+            fits = False
+        if not fits:
             raise ValidationError("constant", "value fits the dtype", f"values do not fit in {dt}")
         arr = cast
     return ConstantAttrs(ConstArray(arr)), tuple(arr.shape), dt
