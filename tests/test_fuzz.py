@@ -27,6 +27,9 @@ of killing the test run. The run is seeded and its length is a number of draws, 
   N seconds per backend are spent instead (at least the fixed draws). Its reach depends on the
   machine's speed, which is why the default run never uses it.
 
+The run itself is marked ``slow`` (it compiles hundreds of programs per backend): ``pytest -m
+"not slow"`` keeps only the quick tests of the harness below it.
+
 On a failure the draw is shrunk (the same choices re-drawn with fewer and smaller dimensions,
 then simpler values) and printed as a self-contained Python snippet.
 
@@ -70,6 +73,7 @@ def fuzz_seed(config) -> int:
     return int(value) if value not in (None, "") else DEFAULT_SEED
 
 
+@pytest.mark.slow
 def test_randomized_differential(backend, request, tmp_path):
     seconds, seed = fuzz_seconds(request.config), fuzz_seed(request.config)
     draws = fuzz_draws(request.config)
