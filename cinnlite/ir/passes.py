@@ -366,15 +366,32 @@ def _flag_loads(stage, index: Load, cond, check_id):
                     out.append(flag)
         return out
 
-    def visit(s):
+    def is_flag(s):
+        return isinstance(s, If) and isinstance(s.then, FlagIndexError)
+
+    def visit(s, seen):
+        """``seen``: the conditions flags in front of ``s`` already test. Every flag raises the
+        same stage-wide status, so one flag per condition is enough, and flags (which load the
+        index too) need no flags of their own: folding several checks of one index buffer into
+        one stage adds one flag, not twice as many for every check."""
         if isinstance(s, For):
-            return replace(s, body=visit(s.body))
+            return replace(s, body=visit(s.body, set()))
         if isinstance(s, Seq):
-            return Seq(tuple(visit(x) for x in s.stmts))
-        flags = flags_for(s)
+            out = []
+            for x in s.stmts:
+                if is_flag(x):
+                    seen.add(x.cond)
+                    out.append(x)
+                else:
+                    out.append(visit(x, seen))
+            return Seq(tuple(out))
+        if is_flag(s):
+            return s
+        flags = [f for f in flags_for(s) if f.cond not in seen]
+        seen.update(f.cond for f in flags)
         return Seq(tuple(flags) + (s,)) if flags else s
 
-    return visit(stage)
+    return visit(stage, set())
 
 
 def defer_index_checks(kernel: Kernel) -> Kernel:
