@@ -13,8 +13,45 @@ import pytest
 
 import cinnlite as cl
 from cinnlite import NetBuilder
+from cinnlite.dtypes import float32, int64
+from cinnlite.errors import CompileError
+from cinnlite.ir.loopnest import Buffer, Const, For, Kernel, Let, Load, Store, Var
+from cinnlite.ir.passes import verify
+from cinnlite.ir.printer import kernel_str
 
 ROWS = 12  # not a power of two: mode="raise" then resolves indices with a clamp
+
+
+# -- the Let statement -------------------------------------------------------------------------
+
+
+def _let_kernel(bindings, body_value):
+    a, out = Buffer("a", float32, (4,)), Buffer("out", float32, (4,))
+    i = Var("i")
+    body = For(i, Const(4), Let(tuple(bindings), Store(out, (i,), body_value)))
+    return Kernel("k", "test", (a, out), out, body)
+
+
+def test_let_binds_values_in_order_for_the_rest_of_the_statement():
+    i, v, w = Var("i"), Var("v", float32), Var("w", float32)
+    a = Buffer("a", float32, (4,))
+    k = _let_kernel([(v, Load(a, (i,))), (w, v)], w)
+    assert verify(k) is k
+    assert "let v = a[i]\n" in kernel_str(k) + "\n" and "out[i] = w" in kernel_str(k)
+
+
+@pytest.mark.parametrize("bad", ["unbound", "twice", "dtype", "loop var"])
+def test_verify_rejects_broken_lets(bad):
+    i, v = Var("i"), Var("v", float32)
+    a = Buffer("a", float32, (4,))
+    bindings, value = {
+        "unbound": ([(v, Load(a, (i,)))], Var("w", float32)),
+        "twice": ([(v, Load(a, (i,))), (v, Load(a, (i,)))], v),
+        "dtype": ([(Var("v", int64), Load(a, (i,)))], Load(a, (i,))),
+        "loop var": ([(i, Const(0))], Load(a, (i,))),
+    }[bad]
+    with pytest.raises(CompileError, match="verifier"):
+        verify(_let_kernel(bindings, value))
 
 
 # -- raise checks folded into a loop -----------------------------------------------------------

@@ -29,10 +29,10 @@ import numpy as np
 
 from ..dtypes import DType, float16, int64
 from ..errors import CompileError
-from ..ir.loopnest import (Binary, Buffer, Cast, Cmp, Const, For, If, Load, LoweredProgram, Reduce,
+from ..ir.loopnest import (Binary, Buffer, Cast, Cmp, Const, For, If, Let, Load, LoweredProgram, Reduce,
                            ReportIndexError, Select, Seq, Store, Var)
 from ..ir.schedule_gpu import grid_chain, top_level
-from ..ir.transform import stmt_exprs, walk_expr, walk_stmt
+from ..ir.transform import let_vars, stmt_exprs, walk_expr, walk_stmt
 
 _ENV = jinja2.Environment(
     loader=jinja2.FileSystemLoader(str(Path(__file__).parent / "templates")),
@@ -201,6 +201,7 @@ class _Emitter:
         self.h = helpers
         self.names = names
         self.in_index = 0  # > 0 while rendering an index, an extent or a position
+        self.let_bound = set()  # the Let variables in scope
         self.reported_values = set()  # checks whose bad index value the kernels report
 
     def index(self, e) -> str:
@@ -224,7 +225,9 @@ class _Emitter:
         if isinstance(e, Binary):
             # int64 arithmetic on indices, or on loop variables and constants alone, stays far
             # from overflow and is rendered plainly; int64 data arithmetic wraps like the CPU's.
-            plain = bool(self.in_index) or not any(isinstance(x, Load) for x in walk_expr(e))
+            # A Let's variable may hold data, so arithmetic on it wraps too.
+            plain = bool(self.in_index) or not any(
+                isinstance(x, Load) or (isinstance(x, Var) and x in self.let_bound) for x in walk_expr(e))
             return self.binary(e.op, e.dtype, self.expr(e.a), self.expr(e.b), divisor=e.b, plain_int64=plain)
         if isinstance(e, Cmp):
             return self.compare(e.op, e.a.dtype, self.expr(e.a), self.expr(e.b))
@@ -353,6 +356,16 @@ class _Emitter:
         pad = "    " * depth
         if isinstance(s, Seq):
             return [line for st in s.stmts for line in self.stmt(st, depth)]
+        if isinstance(s, Let):
+            # A block of its own, so that sibling statements may bind the same names.
+            inner = "    " * (depth + 1)
+            lines = [f"{pad}{{"]
+            for v, e in s.bindings:
+                lines.append(f"{inner}const {value_ctype(v.dtype)} {v.name} = {self.expr(e)};")
+                self.let_bound.add(v)
+            lines += self.stmt(s.body, depth + 1)
+            self.let_bound.difference_update(v for v, _ in s.bindings)
+            return lines + [f"{pad}}}"]
         if isinstance(s, Store):
             value = self.expr(s.value)
             if s.buffer.dtype.is_bool:
@@ -458,9 +471,10 @@ class CUDARenderer:
         buffers, written = _buffers_of(body)
         buffers.sort(key=lambda b: slots[b.name])
         var_names = {l.var.name for l in loops} | {s.var.name for s in walk_stmt(body) if isinstance(s, For)}
+        var_names |= {v.name for v in let_vars(body)}
         for v in var_names:
             if not _IDENT.match(v) or v.startswith("cl_") or v in _RESERVED:
-                raise CompileError(f"CUDA renderer: loop variable name {v!r} is not a safe C identifier")
+                raise CompileError(f"CUDA renderer: variable name {v!r} is not a safe C identifier")
         names, taken = {}, set(var_names)
         for b in buffers:
             cname = sanitize(b.name)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from llvmlite import ir
 
 from ..dtypes import DType
-from ..ir.loopnest import (Binary, Buffer, Cast, Cmp, Const, FlagIndexError, For, If, Load,
+from ..ir.loopnest import (Binary, Buffer, Cast, Cmp, Const, FlagIndexError, For, If, Let, Load,
                            LoweredProgram, Reduce, ReportIndexError, Select, Seq, Store, Var)
 from ..ir.passes import RANGE_BEGIN, RANGE_END, kernel_stages, stage_extent, stage_work
 from ..ir.transform import stmt_exprs, walk_expr, walk_stmt
@@ -94,7 +94,7 @@ def stage_plan(program: LoweredProgram) -> list:
 class _KernelEmitter:
     """Emits one stage as ``<name>_impl`` (buffers as noalias arguments) and the exported
     wrapper ``<name>`` that reads the buffer table. Loop variables live in allocas;
-    mem2reg/SROA promote them."""
+    mem2reg/SROA promote them. A Let's variables are the SSA values of their bindings."""
 
     def __init__(self, module: ir.Module, stage, slots: dict, fn_name: str):
         self.stage = stage
@@ -113,6 +113,8 @@ class _KernelEmitter:
         self.entry = self.fn.append_basic_block("entry")
         self.b = ir.IRBuilder(self.entry)
         self.vars: dict = {}
+        self.lets: dict = {}
+        self._shared = None  # while an expression is emitted: its nodes' values, by id
         for var, value in ((RANGE_BEGIN, begin), (RANGE_END, end)):
             slot = self.b.alloca(I64, name=var.name)
             self.b.store(value, slot)
@@ -161,6 +163,21 @@ class _KernelEmitter:
     # -- expressions ---------------------------------------------------------------------------
 
     def expr(self, e):
+        """The value of ``e``. Within one expression a node that occurs several times (the same
+        object, as lowering shares an index load between the parts of a clamp) is emitted once:
+        the expression has no control flow, so the first value dominates every later use."""
+        if self._shared is not None:
+            key = id(e)
+            if key not in self._shared:
+                self._shared[key] = (e, self._expr(e))
+            return self._shared[key][1]
+        self._shared = {}
+        try:
+            return self.expr(e)
+        finally:
+            self._shared = None
+
+    def _expr(self, e):
         b = self.b
         if isinstance(e, Const):
             t = value_type(e.dtype)
@@ -168,6 +185,8 @@ class _KernelEmitter:
                 return ir.Constant(I1, int(bool(e.value)))
             return ir.Constant(t, float(e.value) if e.dtype.is_float else int(e.value))
         if isinstance(e, Var):
+            if e in self.lets:
+                return self.lets[e]
             return b.load(self.vars[e], typ=I64)
         if isinstance(e, Load):
             return self.load(e.buffer, e.indices)
@@ -248,6 +267,12 @@ class _KernelEmitter:
                 self.stmt(st)
         elif isinstance(s, For):
             self.loop(s)
+        elif isinstance(s, Let):
+            for var, value in s.bindings:
+                self.lets[var] = self.expr(value)
+            self.stmt(s.body)
+            for var, _ in s.bindings:
+                del self.lets[var]
         elif isinstance(s, Store):
             self.store(s.buffer, s.indices, self.expr(s.value))
         elif isinstance(s, Reduce):

@@ -1,7 +1,7 @@
 """Text form of the loop-nest IR, as shown by ``exe.source("lowered")``."""
 from __future__ import annotations
 
-from .loopnest import (Binary, Cast, Cmp, Const, FlagIndexError, For, If, Kernel, Load, LoweredProgram,
+from .loopnest import (Binary, Cast, Cmp, Const, FlagIndexError, For, If, Kernel, Let, Load, LoweredProgram,
                        Reduce, ReportIndexError, Select, Seq, Store, Var)
 
 _INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "mod": "%", "and": "&&", "or": "||"}
@@ -51,6 +51,10 @@ def stmt_lines(s, indent: int = 1) -> list:
         return lines + [f"{pad}}}"]
     if isinstance(s, Seq):
         return [line for st in s.stmts for line in stmt_lines(st, indent)]
+    if isinstance(s, Let):
+        # A Let's scope is the rest of the block it stands in: its bindings print as lines.
+        lets = [f"{pad}let {v.name} = {expr_str(e)}" for v, e in s.bindings]
+        return lets + stmt_lines(s.body, indent)
     if isinstance(s, FlagIndexError):
         return [f"{pad}flag_index_error(check={s.check_id})"]
     if isinstance(s, ReportIndexError):
