@@ -11,7 +11,6 @@ position, index value) before the function returns 1.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from llvmlite import ir
@@ -22,6 +21,7 @@ from ..ir.loopnest import (Binary, Buffer, Cast, Cmp, Const, FlagIndexError, For
 from ..ir.passes import RANGE_BEGIN, RANGE_END, kernel_stages, stage_extent, stage_work
 from ..ir.transform import stmt_exprs, walk_expr, walk_stmt
 from .llvm_support import add_half_support
+from .names import comment_text, safe_name
 
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
 #: Stage return codes: done; a check failed and err holds it; a possibly bad index was seen.
@@ -46,7 +46,8 @@ def memory_type(dtype: DType):
 
 
 def symbol(name: str) -> str:
-    return "k_" + re.sub(r"[^A-Za-z0-9_]", "_", name)
+    """The exported symbol of a kernel: ``k_`` and the kernel's name made safe (names.py)."""
+    return "k_" + safe_name(name)
 
 
 def stage_buffers(stage) -> list:
@@ -104,7 +105,7 @@ class _KernelEmitter:
         self.fn.linkage = "internal"
         self.ptrs = {}
         for arg, buf in zip(self.fn.args, self.buffers):
-            arg.name = re.sub(r"[^A-Za-z0-9_]", "_", buf.name)
+            arg.name = safe_name(buf.name)
             arg.add_attribute("noalias")
             self.ptrs[buf.name] = arg
         begin, end, err = self.fn.args[n:]
@@ -370,7 +371,7 @@ class LLVMRenderer:
         it takes one numpy array object per buffer plus the error array, reads each data pointer
         at that byte offset inside the object (numpy's ``PyArrayObject.data``) and runs main.
         It saves the per-call cost of asking numpy for pointers from Python."""
-        module = ir.Module(name=program.name)
+        module = ir.Module(name=comment_text(program.name))  # llvmlite writes it unescaped
         module.triple = triple
         module.data_layout = data_layout
         slots = {buf.name: i for i, buf in enumerate(program.buffer_table())}
