@@ -16,6 +16,7 @@ import pytest
 import cinnlite as cl
 from backends import BACKENDS
 from cinnlite import NetBuilder
+from cinnlite.runtime.cache import program_fingerprint
 
 MARK = "cinnlite_name_injection_ran"
 
@@ -155,3 +156,20 @@ def test_hostile_names_compile_with_nvrtc(tmp_path):
     for name in hostile:
         exe = cl.compile(renamed(gather_scatter(name), names), target="cuda", cache=False)
         assert nvrtc.compile_cuda(exe.source("cuda"), "sm_80", fast=True).ptx
+
+
+def test_a_program_name_cannot_forge_another_programs_cache_key():
+    """Written unescaped, the name ``p`` + newline + ``in y ...`` made a one-input program read
+    as a program ``p`` with inputs y and x, and the cache handed one the other's code."""
+    first = NetBuilder("p")
+    first.create_input("float32", (3,), "y")
+    x = first.create_input("float32", (4,), "x")
+    first.take(x, first.constant(np.array([1, 0])), mode="clip")
+    second = NetBuilder("p\nin y float32 (3,)")
+    x2 = second.create_input("float32", (4,), "x")
+    second.take(x2, second.constant(np.array([1, 0])), mode="clip")
+    a, b = first.build(), second.build()
+    assert program_fingerprint(a) != program_fingerprint(b)
+    exe_a, exe_b = cl.compile(a), cl.compile(b)
+    np.testing.assert_array_equal(exe_b(x=np.arange(4, dtype=np.float32)), [1.0, 0.0])
+    assert exe_a is not exe_b
