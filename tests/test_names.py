@@ -16,6 +16,7 @@ import pytest
 import cinnlite as cl
 from backends import BACKENDS
 from cinnlite import NetBuilder
+from cinnlite.errors import ValidationError
 from cinnlite.runtime.cache import program_fingerprint
 
 MARK = "cinnlite_name_injection_ran"
@@ -173,3 +174,9 @@ def test_a_program_name_cannot_forge_another_programs_cache_key():
     exe_a, exe_b = cl.compile(a), cl.compile(b)
     np.testing.assert_array_equal(exe_b(x=np.arange(4, dtype=np.float32)), [1.0, 0.0])
     assert exe_a is not exe_b
+
+
+def test_netbuilder_tensor_names_may_not_end_in_a_line_break():
+    with pytest.raises(ValidationError) as info:
+        NetBuilder("p").create_input("float32", (2,), "x\n")
+    assert info.value.rule == "names are identifiers"
