@@ -180,3 +180,27 @@ def test_netbuilder_tensor_names_may_not_end_in_a_line_break():
     with pytest.raises(ValidationError) as info:
         NetBuilder("p").create_input("float32", (2,), "x\n")
     assert info.value.rule == "names are identifiers"
+
+
+def test_dot_text_keeps_every_name_inside_its_quotes(tmp_path):
+    hostile = hostile_names(tmp_path / MARK)
+    prog = renamed(gather_scatter(hostile[1]), {"x": hostile[0], "i": hostile[6], "rows": hostile[2]})
+    plain = gather_scatter("p").to_dot()
+    dot = prog.to_dot()
+    assert len(dot.splitlines()) == len(plain.splitlines())
+    for line in dot.splitlines():
+        unescaped = line.replace("\\\\", "").replace('\\"', "")
+        assert unescaped.count('"') % 2 == 0, line
+
+
+def test_printed_graph_and_loop_nests_quote_names_that_netbuilder_could_not_make(tmp_path):
+    hostile = hostile_names(tmp_path / MARK)
+    names = {"x": hostile[0], "i": hostile[1], "j": hostile[6], "rows": hostile[2], "out": hostile[7]}
+    prog = renamed(gather_scatter(hostile[1]), names)
+    plain = gather_scatter("p")
+    assert len(str(prog).splitlines()) == len(str(plain).splitlines())
+    assert repr(hostile[1]) in str(prog) and repr(hostile[0]) in str(prog)
+    exe, plain_exe = cl.compile(prog, cache=False), cl.compile(plain, cache=False)
+    lowered = exe.source("lowered")
+    assert len(lowered.splitlines()) == len(plain_exe.source("lowered").splitlines())
+    assert f"kernel {hostile[7]!r}(" in lowered and "kernel rows(" in plain_exe.source("lowered")
