@@ -18,7 +18,8 @@ Fused code stays linear in the size of the graph:
 - Every kernel is visited once, in program order, and pulls in the finished definitions of the
   producers it reads (whose names are unique in the program, so they are bound as they are).
   A producer read at several places is copied to each only while it is small
-  (``SHARED_MAX_COST``); a bigger one stays a kernel of its own.
+  (``SHARED_MAX_COST``); a bigger one stays a kernel of its own. So does a producer past
+  ``FUSED_MAX_COST``: one kernel stops growing there, and its consumers start a new one.
 
 Checks keep the order of the unfused program: a fused kernel runs the check stages of every
 producer inlined into it first, in the order of their check ids (program order, as lowering
