@@ -29,10 +29,11 @@ import numpy as np
 
 from ..dtypes import DType, float16, int64
 from ..errors import CompileError
-from ..ir.loopnest import (Binary, Buffer, Cast, Cmp, Const, For, If, Load, LoweredProgram, Reduce,
+from ..ir.loopnest import (Binary, Buffer, Cast, Cmp, Const, For, If, Let, Load, LoweredProgram, Reduce,
                            ReportIndexError, Select, Seq, Store, Var)
 from ..ir.schedule_gpu import grid_chain, top_level
-from ..ir.transform import stmt_exprs, walk_expr, walk_stmt
+from ..ir.transform import let_vars, stmt_exprs, walk_expr, walk_stmt
+from .names import comment_text, safe_name
 
 _ENV = jinja2.Environment(
     loader=jinja2.FileSystemLoader(str(Path(__file__).parent / "templates")),
@@ -42,6 +43,8 @@ _ENV = jinja2.Environment(
     keep_trailing_newline=True,
     autoescape=False,
 )
+# Names of the user's program are shown in comments only through this filter (see names.py).
+_ENV.filters["comment"] = comment_text
 
 BLOCK = 256  # threads per block; also the kernels' __launch_bounds__
 ERROR_SLOTS = 4  # int64 per mode="raise" check: smallest bad position, its value, a lock, unused
@@ -53,7 +56,7 @@ _SUFFIX = {"bool": "b", "int8": "i8", "int16": "i16", "int32": "i32", "int64": "
            "float16": "f16", "float32": "f32", "float64": "f64"}
 _INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "mod": "%"}
 _CMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
-_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Identifiers a buffer parameter must not take: C++ keywords and types, CUDA built-ins.
 _RESERVED = frozenset("""
     alignas alignof and asm auto bool break case catch char class const constexpr const_cast
@@ -62,7 +65,7 @@ _RESERVED = frozenset("""
     private protected public register reinterpret_cast return short signed sizeof static
     static_assert static_cast struct switch template this thread_local throw true try typedef
     typeid typename union unsigned using virtual void volatile wchar_t while xor
-    threadIdx blockIdx blockDim gridDim warpSize main min max errors
+    threadIdx blockIdx blockDim gridDim warpSize main min max errors fmod fmodf NULL
 """.split())
 
 
@@ -79,10 +82,6 @@ def value_ctype(dtype: DType) -> str:
 def _utype(dtype: DType) -> str:
     """The unsigned type wrap-around arithmetic of ``dtype`` is done in."""
     return "unsigned long long" if dtype.bits == 64 else "unsigned int"
-
-
-def sanitize(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_]", "_", name)
 
 
 # -- what the renderer hands the runtimes -------------------------------------------------------
@@ -201,6 +200,7 @@ class _Emitter:
         self.h = helpers
         self.names = names
         self.in_index = 0  # > 0 while rendering an index, an extent or a position
+        self.let_bound = set()  # the Let variables in scope
         self.reported_values = set()  # checks whose bad index value the kernels report
 
     def index(self, e) -> str:
@@ -224,7 +224,9 @@ class _Emitter:
         if isinstance(e, Binary):
             # int64 arithmetic on indices, or on loop variables and constants alone, stays far
             # from overflow and is rendered plainly; int64 data arithmetic wraps like the CPU's.
-            plain = bool(self.in_index) or not any(isinstance(x, Load) for x in walk_expr(e))
+            # A Let's variable may hold data, so arithmetic on it wraps too.
+            plain = bool(self.in_index) or not any(
+                isinstance(x, Load) or (isinstance(x, Var) and x in self.let_bound) for x in walk_expr(e))
             return self.binary(e.op, e.dtype, self.expr(e.a), self.expr(e.b), divisor=e.b, plain_int64=plain)
         if isinstance(e, Cmp):
             return self.compare(e.op, e.a.dtype, self.expr(e.a), self.expr(e.b))
@@ -353,6 +355,16 @@ class _Emitter:
         pad = "    " * depth
         if isinstance(s, Seq):
             return [line for st in s.stmts for line in self.stmt(st, depth)]
+        if isinstance(s, Let):
+            # A block of its own, so that sibling statements may bind the same names.
+            inner = "    " * (depth + 1)
+            lines = [f"{pad}{{"]
+            for v, e in s.bindings:
+                lines.append(f"{inner}const {value_ctype(v.dtype)} {v.name} = {self.expr(e)};")
+                self.let_bound.add(v)
+            lines += self.stmt(s.body, depth + 1)
+            self.let_bound.difference_update(v for v, _ in s.bindings)
+            return lines + [f"{pad}}}"]
         if isinstance(s, Store):
             value = self.expr(s.value)
             if s.buffer.dtype.is_bool:
@@ -433,7 +445,7 @@ class CUDARenderer:
         texts, launches, used_names, reported = [], [], set(), set()
         for kernel in program.kernels:
             for j, stmt in enumerate(top_level(kernel.body)):
-                base = f"k_{sanitize(kernel.name)}_{j}"
+                base = f"k_{safe_name(kernel.name)}_{j}"
                 name = base
                 while name in used_names:
                     name += "_"
@@ -458,13 +470,14 @@ class CUDARenderer:
         buffers, written = _buffers_of(body)
         buffers.sort(key=lambda b: slots[b.name])
         var_names = {l.var.name for l in loops} | {s.var.name for s in walk_stmt(body) if isinstance(s, For)}
+        var_names |= {v.name for v in let_vars(body)}
         for v in var_names:
-            if not _IDENT.match(v) or v.startswith("cl_") or v in _RESERVED:
-                raise CompileError(f"CUDA renderer: loop variable name {v!r} is not a safe C identifier")
+            if not _IDENT.fullmatch(v) or v.startswith("cl_") or v in _RESERVED:
+                raise CompileError(f"CUDA renderer: variable name {v!r} is not a safe C identifier")
         names, taken = {}, set(var_names)
         for b in buffers:
-            cname = sanitize(b.name)
-            if not _IDENT.match(cname) or cname in _RESERVED or cname.startswith(("cl_", "__")):
+            cname = safe_name(b.name)
+            if not _IDENT.fullmatch(cname) or cname in _RESERVED or cname.startswith(("cl_", "_")):
                 cname = f"b_{cname}"
             while cname in taken:
                 cname += "_"

@@ -11,17 +11,17 @@ position, index value) before the function returns 1.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from llvmlite import ir
 
 from ..dtypes import DType
-from ..ir.loopnest import (Binary, Buffer, Cast, Cmp, Const, FlagIndexError, For, If, Load,
+from ..ir.loopnest import (Binary, Buffer, Cast, Cmp, Const, FlagIndexError, For, If, Let, Load,
                            LoweredProgram, Reduce, ReportIndexError, Select, Seq, Store, Var)
 from ..ir.passes import RANGE_BEGIN, RANGE_END, kernel_stages, stage_extent, stage_work
 from ..ir.transform import stmt_exprs, walk_expr, walk_stmt
 from .llvm_support import add_half_support
+from .names import comment_text, safe_name
 
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
 #: Stage return codes: done; a check failed and err holds it; a possibly bad index was seen.
@@ -46,7 +46,8 @@ def memory_type(dtype: DType):
 
 
 def symbol(name: str) -> str:
-    return "k_" + re.sub(r"[^A-Za-z0-9_]", "_", name)
+    """The exported symbol of a kernel: ``k_`` and the kernel's name made safe (names.py)."""
+    return "k_" + safe_name(name)
 
 
 def stage_buffers(stage) -> list:
@@ -94,7 +95,7 @@ def stage_plan(program: LoweredProgram) -> list:
 class _KernelEmitter:
     """Emits one stage as ``<name>_impl`` (buffers as noalias arguments) and the exported
     wrapper ``<name>`` that reads the buffer table. Loop variables live in allocas;
-    mem2reg/SROA promote them."""
+    mem2reg/SROA promote them. A Let's variables are the SSA values of their bindings."""
 
     def __init__(self, module: ir.Module, stage, slots: dict, fn_name: str):
         self.stage = stage
@@ -104,7 +105,7 @@ class _KernelEmitter:
         self.fn.linkage = "internal"
         self.ptrs = {}
         for arg, buf in zip(self.fn.args, self.buffers):
-            arg.name = re.sub(r"[^A-Za-z0-9_]", "_", buf.name)
+            arg.name = safe_name(buf.name)
             arg.add_attribute("noalias")
             self.ptrs[buf.name] = arg
         begin, end, err = self.fn.args[n:]
@@ -113,6 +114,8 @@ class _KernelEmitter:
         self.entry = self.fn.append_basic_block("entry")
         self.b = ir.IRBuilder(self.entry)
         self.vars: dict = {}
+        self.lets: dict = {}
+        self._shared = None  # while an expression is emitted: its nodes' values, by id
         for var, value in ((RANGE_BEGIN, begin), (RANGE_END, end)):
             slot = self.b.alloca(I64, name=var.name)
             self.b.store(value, slot)
@@ -121,6 +124,10 @@ class _KernelEmitter:
 
     def _wrapper(self, module, slots, fn_name):
         fn = ir.Function(module, ir.FunctionType(I32, [PTR, I64, I64, PTR]), fn_name)
+        # Stages stay functions of their own: inlined into main, a program of thousands of
+        # stages would be one function that LLVM optimises in superlinear time. A call per
+        # stage costs nanoseconds.
+        fn.attributes.add("noinline")
         table, begin, end, err = fn.args
         table.name, begin.name, end.name, err.name = "bufs", "begin", "end", "err"
         b = ir.IRBuilder(fn.append_basic_block("entry"))
@@ -161,6 +168,21 @@ class _KernelEmitter:
     # -- expressions ---------------------------------------------------------------------------
 
     def expr(self, e):
+        """The value of ``e``. Within one expression a node that occurs several times (the same
+        object, as lowering shares an index load between the parts of a clamp) is emitted once:
+        the expression has no control flow, so the first value dominates every later use."""
+        if self._shared is not None:
+            key = id(e)
+            if key not in self._shared:
+                self._shared[key] = (e, self._expr(e))
+            return self._shared[key][1]
+        self._shared = {}
+        try:
+            return self.expr(e)
+        finally:
+            self._shared = None
+
+    def _expr(self, e):
         b = self.b
         if isinstance(e, Const):
             t = value_type(e.dtype)
@@ -168,6 +190,8 @@ class _KernelEmitter:
                 return ir.Constant(I1, int(bool(e.value)))
             return ir.Constant(t, float(e.value) if e.dtype.is_float else int(e.value))
         if isinstance(e, Var):
+            if e in self.lets:
+                return self.lets[e]
             return b.load(self.vars[e], typ=I64)
         if isinstance(e, Load):
             return self.load(e.buffer, e.indices)
@@ -248,6 +272,12 @@ class _KernelEmitter:
                 self.stmt(st)
         elif isinstance(s, For):
             self.loop(s)
+        elif isinstance(s, Let):
+            for var, value in s.bindings:
+                self.lets[var] = self.expr(value)
+            self.stmt(s.body)
+            for var, _ in s.bindings:
+                del self.lets[var]
         elif isinstance(s, Store):
             self.store(s.buffer, s.indices, self.expr(s.value))
         elif isinstance(s, Reduce):
@@ -341,7 +371,7 @@ class LLVMRenderer:
         it takes one numpy array object per buffer plus the error array, reads each data pointer
         at that byte offset inside the object (numpy's ``PyArrayObject.data``) and runs main.
         It saves the per-call cost of asking numpy for pointers from Python."""
-        module = ir.Module(name=program.name)
+        module = ir.Module(name=comment_text(program.name))  # llvmlite writes it unescaped
         module.triple = triple
         module.data_layout = data_layout
         slots = {buf.name: i for i, buf in enumerate(program.buffer_table())}

@@ -16,7 +16,7 @@ from ..errors import ValidationError
 from ..ir import ops
 from ..ir.graph import Node, Program, Tensor
 
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-:/]*$")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-:/]*")
 
 
 class NetBuilder:
@@ -42,7 +42,7 @@ class NetBuilder:
     def _claim(self, op: str, name):
         if name is None:
             return self._fresh(op)
-        if not isinstance(name, str) or not _NAME.match(name):
+        if not isinstance(name, str) or not _NAME.fullmatch(name):
             raise ValidationError(op, "names are identifiers", f"invalid tensor name {name!r}")
         if name in self._tensors:
             raise ValidationError(op, "names are unique", f"a tensor named {name!r} already exists")

@@ -6,10 +6,21 @@ definitions in :mod:`cinnlite.ir.ops` when a node is created, so every Program i
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from ..dtypes import DType
+
+
+_PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-:/]*")
+
+
+def display_name(name: str) -> str:
+    """``name`` as the printed forms (the graph, the loop nests) show it: as it is where
+    NetBuilder could have made it, else as a quoted Python literal, so that no name can forge a
+    line or a token of a printout."""
+    return name if _PLAIN_NAME.fullmatch(name) else repr(name)
 
 
 @dataclass(frozen=True)
@@ -32,7 +43,7 @@ class Tensor:
         return n
 
     def __repr__(self) -> str:
-        return f"{self.name}: {self.dtype}{list(self.shape)}"
+        return f"{display_name(self.name)}: {self.dtype}{list(self.shape)}"
 
 
 @dataclass(frozen=True)
@@ -87,28 +98,38 @@ class Program:
 
     def __str__(self) -> str:
         args = ", ".join(repr(t) for t in self.inputs)
-        outs = ", ".join(t.name for t in self.outputs)
-        lines = [f"program {self.name}({args}) -> ({outs}) {{"]
+        outs = ", ".join(display_name(t.name) for t in self.outputs)
+        lines = [f"program {display_name(self.name)}({args}) -> ({outs}) {{"]
         for node in self.nodes:
-            operands = [t.name for t in node.inputs]
+            operands = [display_name(t.name) for t in node.inputs]
             operands += [f"{k}={_fmt_attr(v)}" for k, v in node.attrs]
             lines.append(f"  {node.output!r} = {node.op}({', '.join(operands)})")
         lines.append("}")
         return "\n".join(lines)
 
     def to_dot(self) -> str:
-        """The graph as Graphviz ``dot`` text."""
-        lines = [f'digraph "{self.name}" {{', "  rankdir=TB;", '  node [fontname="monospace"];']
+        """The graph as Graphviz ``dot`` text. Names are escaped: whatever they hold, each stays
+        inside its quoted string."""
+        q = _dot_text
+        lines = [f'digraph "{q(self.name)}" {{', "  rankdir=TB;", '  node [fontname="monospace"];']
         for t in self.inputs:
-            lines.append(f'  "{t.name}" [shape=box, label="{t.name}\\n{t.dtype}{list(t.shape)}"];')
+            lines.append(f'  "{q(t.name)}" [shape=box, label="{q(t.name)}\\n{t.dtype}{list(t.shape)}"];')
         for node in self.nodes:
             attrs = ", ".join(f"{k}={_fmt_attr(v)}" for k, v in node.attrs).replace('"', "'")
-            label = f"{node.op}\\n{attrs}\\n{node.output.dtype}{list(node.output.shape)}"
-            lines.append(f'  "{node.output.name}" [shape=ellipse, label="{node.output.name} = {label}"];')
+            label = f"{node.op}\\n{q(attrs)}\\n{node.output.dtype}{list(node.output.shape)}"
+            out = q(node.output.name)
+            lines.append(f'  "{out}" [shape=ellipse, label="{out} = {label}"];')
             for i, t in enumerate(node.inputs):
-                lines.append(f'  "{t.name}" -> "{node.output.name}" [label="{i}"];')
+                lines.append(f'  "{q(t.name)}" -> "{out}" [label="{i}"];')
         for t in self.outputs:
-            lines.append(f'  "out:{t.name}" [shape=doubleoctagon, label="output {t.name}"];')
-            lines.append(f'  "{t.name}" -> "out:{t.name}";')
+            lines.append(f'  "out:{q(t.name)}" [shape=doubleoctagon, label="output {q(t.name)}"];')
+            lines.append(f'  "{q(t.name)}" -> "out:{q(t.name)}";')
         lines.append("}")
         return "\n".join(lines)
+
+
+def _dot_text(text: str) -> str:
+    """``text`` for a quoted Graphviz string: backslashes and quotes escaped, line breaks and
+    other control characters written as escapes, so nothing can end the string early."""
+    out = text.replace("\\", "\\\\").replace('"', '\\"')
+    return "".join(c if c.isprintable() else f"\\\\x{ord(c):02x}" for c in out)

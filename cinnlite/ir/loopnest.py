@@ -4,8 +4,8 @@ Every node is a frozen dataclass, so IR compares structurally and hashes stably;
 new nodes instead of editing old ones. Expressions carry their dtype. Index arithmetic is int64.
 
 Expressions: Const, Var, Binary, Cmp, Select, Cast, Load.
-Statements: For, Store, Reduce (read-combine-write; atomic on the GPU), If, Seq,
-ReportIndexError (a failed ``mode="raise"`` check).
+Statements: For, Store, Reduce (read-combine-write; atomic on the GPU), If, Seq, Let (names
+values computed once), ReportIndexError (a failed ``mode="raise"`` check).
 A Kernel is one operator's loop nests with the buffers it touches; a LoweredProgram is the
 kernels of a whole graph in execution order plus the buffer table the runtimes bind.
 """
@@ -216,6 +216,27 @@ class If(Stmt):
 @dataclass(frozen=True)
 class Seq(Stmt):
     stmts: tuple
+
+
+@dataclass(frozen=True)
+class Let(Stmt):
+    """``let v1 = e1; v2 = e2; ...`` then ``body``. Each value is computed once, in order, and
+    may use the variables bound before it; each variable (a Var of its value's dtype) stands for
+    its value in the later bindings and in the body. Values are pure, so a Let never changes what
+    a statement computes, only how often: fusion binds the indices and values it inlines, so that
+    an expression used several times is computed, stored in the IR and rendered once."""
+
+    bindings: tuple  # ((Var, Expr), ...)
+    body: Stmt
+
+
+def let(bindings, body) -> Stmt:
+    """``body`` under ``bindings``; a Let body that is itself a Let is merged into one flat Let,
+    so chains of bindings never nest statements deeper."""
+    bindings = tuple(bindings)
+    if isinstance(body, Let):
+        bindings, body = bindings + body.bindings, body.body
+    return Let(bindings, body) if bindings else body
 
 
 @dataclass(frozen=True)

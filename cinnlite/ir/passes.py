@@ -10,8 +10,8 @@ from dataclasses import replace
 
 from ..dtypes import bool_, int64
 from ..errors import CompileError
-from .loopnest import (Binary, Buffer, Cast, Cmp, Const, FlagIndexError, For, If, Kernel, Load,
-                       LoweredProgram, Reduce, ReportIndexError, Select, Seq, Store, Var, logical_and)
+from .loopnest import (Binary, Buffer, Cast, Cmp, Const, FlagIndexError, For, If, Kernel, Let, Load,
+                       LoweredProgram, Reduce, ReportIndexError, Select, Seq, Store, Var, let, logical_and)
 from .transform import map_expr, map_stmt, stmt_exprs, walk_expr, walk_stmt
 
 # -- remove_unit_loops ------------------------------------------------------------------------
@@ -151,8 +151,11 @@ def verify(kernel: Kernel) -> Kernel:
                 fail(f"index into {buf.name} has dtype {i.dtype}, not int64")
 
     def visit(s, bound):
+        if isinstance(s, Let):
+            visit_let(s, bound)
+            return
         for e in stmt_exprs(s):
-            check_expr(e, bound | frozenset(RANGE_VARS))
+            check_expr(e, bound)
         if isinstance(s, For):
             if s.var in bound:
                 fail(f"variable {s.var.name} is bound twice")
@@ -171,7 +174,20 @@ def verify(kernel: Kernel) -> Kernel:
             for st in s.stmts:
                 visit(st, bound)
 
-    visit(kernel.body, frozenset())
+    def visit_let(s, bound):
+        inner = set(bound)
+        for var, value in s.bindings:
+            check_expr(value, inner)
+            if not isinstance(var, Var):
+                fail(f"let binds {var!r}, not a variable")
+            if var in inner:
+                fail(f"variable {var.name} is bound twice")
+            if var.dtype != value.dtype:
+                fail(f"let {var.name}: {var.dtype} is bound to a value of {value.dtype}")
+            inner.add(var)
+        visit(s.body, frozenset(inner))
+
+    visit(kernel.body, frozenset(RANGE_VARS))
     return kernel
 
 
@@ -221,6 +237,14 @@ def _guard_rows(nest: For, row):
             if deps <= inner:
                 return replace(s, body=If(guard, s.body))
             return replace(s, body=visit(s.body, inner))
+        if isinstance(s, Let):
+            # The row is a bound value: guard right after the binding that completes it, so that
+            # the values the row does not need are computed only for the rows of this chunk.
+            inner = set(bound)
+            for k, (var, _) in enumerate(s.bindings):
+                inner.add(var)
+                if deps <= inner:
+                    return let(s.bindings[:k + 1], If(guard, let(s.bindings[k + 1:], s.body)))
         raise AssertionError("row depends on variables outside the update nest")
 
     return visit(nest, frozenset())
@@ -286,6 +310,8 @@ def stage_work(stage) -> int:
             return sum(work(x) for x in s.stmts)
         if isinstance(s, If):
             return work(s.then) + (work(s.orelse) if s.orelse is not None else 0)
+        if isinstance(s, Let):
+            return work(s.body)
         return 1
     return work(stage)
 
@@ -358,8 +384,13 @@ def _flag_loads(stage, index: Load, cond, check_id):
 
     def flags_for(s):
         out = []
+        # A load at a position bound by the statement's own Let has no flag in front of it
+        # (``_covers`` never counts such loads either).
+        local = {v for v, _ in s.bindings} if isinstance(s, Let) else set()
         for e in stmt_exprs(s):
             for load in _loads_of(e, index.buffer.name):
+                if local and local & _vars_of(load):
+                    continue
                 mapping = {v: i for v, i in zip(check_vars, load.indices) if isinstance(v, Var)}
                 bad = map_expr(cond, lambda x: mapping.get(x, x) if isinstance(x, Var) else _simplify_expr(x))
                 flag = If(bad, FlagIndexError(check_id))
@@ -367,15 +398,32 @@ def _flag_loads(stage, index: Load, cond, check_id):
                     out.append(flag)
         return out
 
-    def visit(s):
+    def is_flag(s):
+        return isinstance(s, If) and isinstance(s.then, FlagIndexError)
+
+    def visit(s, seen):
+        """``seen``: the conditions flags in front of ``s`` already test. Every flag raises the
+        same stage-wide status, so one flag per condition is enough, and flags (which load the
+        index too) need no flags of their own: folding several checks of one index buffer into
+        one stage adds one flag, not twice as many for every check."""
         if isinstance(s, For):
-            return replace(s, body=visit(s.body))
+            return replace(s, body=visit(s.body, set()))
         if isinstance(s, Seq):
-            return Seq(tuple(visit(x) for x in s.stmts))
-        flags = flags_for(s)
+            out = []
+            for x in s.stmts:
+                if is_flag(x):
+                    seen.add(x.cond)
+                    out.append(x)
+                else:
+                    out.append(visit(x, seen))
+            return Seq(tuple(out))
+        if is_flag(s):
+            return s
+        flags = [f for f in flags_for(s) if f.cond not in seen]
+        seen.update(f.cond for f in flags)
         return Seq(tuple(flags) + (s,)) if flags else s
 
-    return visit(stage)
+    return visit(stage, set())
 
 
 def _can_report(stage) -> bool:

@@ -1,7 +1,8 @@
 """Text form of the loop-nest IR, as shown by ``exe.source("lowered")``."""
 from __future__ import annotations
 
-from .loopnest import (Binary, Cast, Cmp, Const, FlagIndexError, For, If, Kernel, Load, LoweredProgram,
+from .graph import display_name
+from .loopnest import (Binary, Cast, Cmp, Const, FlagIndexError, For, If, Kernel, Let, Load, LoweredProgram,
                        Reduce, ReportIndexError, Select, Seq, Store, Var)
 
 _INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "mod": "%", "and": "&&", "or": "||"}
@@ -26,7 +27,7 @@ def expr_str(e) -> str:
     if isinstance(e, Cast):
         return f"{e.to}({expr_str(e.a)})"
     if isinstance(e, Load):
-        return f"{e.buffer.name}[{', '.join(expr_str(i) for i in e.indices)}]"
+        return f"{display_name(e.buffer.name)}[{', '.join(expr_str(i) for i in e.indices)}]"
     raise TypeError(f"not an expression: {e!r}")
 
 
@@ -38,9 +39,9 @@ def stmt_lines(s, indent: int = 1) -> list:
         lines += stmt_lines(s.body, indent + 1)
         return lines + [f"{pad}}}"]
     if isinstance(s, Store):
-        return [f"{pad}{s.buffer.name}[{', '.join(expr_str(i) for i in s.indices)}] = {expr_str(s.value)}"]
+        return [f"{pad}{display_name(s.buffer.name)}[{', '.join(expr_str(i) for i in s.indices)}] = {expr_str(s.value)}"]
     if isinstance(s, Reduce):
-        target = f"{s.buffer.name}[{', '.join(expr_str(i) for i in s.indices)}]"
+        target = f"{display_name(s.buffer.name)}[{', '.join(expr_str(i) for i in s.indices)}]"
         if s.combine == "none":
             return [f"{pad}{target} = {expr_str(s.value)}  # scatter: last write wins"]
         return [f"{pad}{target} = {s.combine}({target}, {expr_str(s.value)})"]
@@ -51,6 +52,10 @@ def stmt_lines(s, indent: int = 1) -> list:
         return lines + [f"{pad}}}"]
     if isinstance(s, Seq):
         return [line for st in s.stmts for line in stmt_lines(st, indent)]
+    if isinstance(s, Let):
+        # A Let's scope is the rest of the block it stands in: its bindings print as lines.
+        lets = [f"{pad}let {v.name} = {expr_str(e)}" for v, e in s.bindings]
+        return lets + stmt_lines(s.body, indent)
     if isinstance(s, FlagIndexError):
         return [f"{pad}flag_index_error(check={s.check_id})"]
     if isinstance(s, ReportIndexError):
@@ -60,11 +65,11 @@ def stmt_lines(s, indent: int = 1) -> list:
 
 
 def kernel_str(k: Kernel) -> str:
-    params = ", ".join(f"{b.name}: {b.dtype}{list(b.shape)}" for b in k.params)
-    head = f"kernel {k.name}({params})  # {k.op}"
-    temps = [f"  alloc {t.name}: {t.dtype}{list(t.shape)}" for t in k.temps]
+    params = ", ".join(f"{display_name(b.name)}: {b.dtype}{list(b.shape)}" for b in k.params)
+    head = f"kernel {display_name(k.name)}({params})  # {k.op}"
+    temps = [f"  alloc {display_name(t.name)}: {t.dtype}{list(t.shape)}" for t in k.temps]
     return "\n".join([head + " {"] + temps + stmt_lines(k.body) + ["}"])
 
 
 def program_str(p: LoweredProgram) -> str:
-    return "\n\n".join(kernel_str(k) for k in p.kernels) if p.kernels else f"# {p.name}: no kernels"
+    return "\n\n".join(kernel_str(k) for k in p.kernels) if p.kernels else f"# {display_name(p.name)}: no kernels"

@@ -1,25 +1,50 @@
-"""Generic rebuilding traversals of the loop-nest IR, used by the passes."""
+"""Generic rebuilding traversals of the loop-nest IR, used by the passes.
+
+Expressions may share subexpressions (lowering reuses one index load in several places of a
+clamp, for example), so they are DAGs: ``map_expr`` rebuilds every shared node once. Fusion
+keeps every expression below a fixed size (see :mod:`cinnlite.ir.fusion`), so the recursion
+here is bounded by the size of one operator's expressions, never by the size of the graph.
+"""
 from __future__ import annotations
 
-from .loopnest import (Binary, Cast, Cmp, Const, FlagIndexError, For, If, Load, Reduce,
+from .loopnest import (Binary, Cast, Cmp, Const, FlagIndexError, For, If, Let, Load, Reduce,
                        ReportIndexError, Select, Seq, Store, Var)
 
 
 def map_expr(e, fn):
-    """Rebuild ``e`` bottom-up, applying ``fn`` to every node after its children."""
-    if isinstance(e, (Const, Var)):
-        return fn(e)
-    if isinstance(e, Binary):
-        return fn(Binary(e.op, map_expr(e.a, fn), map_expr(e.b, fn)))
-    if isinstance(e, Cmp):
-        return fn(Cmp(e.op, map_expr(e.a, fn), map_expr(e.b, fn)))
-    if isinstance(e, Select):
-        return fn(Select(map_expr(e.cond, fn), map_expr(e.a, fn), map_expr(e.b, fn)))
-    if isinstance(e, Cast):
-        return fn(Cast(e.to, map_expr(e.a, fn)))
-    if isinstance(e, Load):
-        return fn(Load(e.buffer, tuple(map_expr(i, fn) for i in e.indices)))
-    raise TypeError(f"not an expression: {e!r}")
+    """Rebuild ``e`` bottom-up, applying ``fn`` to every node after its children. A node that
+    occurs several times in ``e`` (the same object) is rebuilt once and stays shared."""
+    memo: dict = {}
+
+    def visit(x):
+        key = id(x)
+        if key in memo:
+            return memo[key][1]
+        if isinstance(x, (Const, Var)):
+            out = fn(x)
+        elif isinstance(x, Binary):
+            out = fn(Binary(x.op, visit(x.a), visit(x.b)))
+        elif isinstance(x, Cmp):
+            out = fn(Cmp(x.op, visit(x.a), visit(x.b)))
+        elif isinstance(x, Select):
+            out = fn(Select(visit(x.cond), visit(x.a), visit(x.b)))
+        elif isinstance(x, Cast):
+            out = fn(Cast(x.to, visit(x.a)))
+        elif isinstance(x, Load):
+            out = fn(Load(x.buffer, tuple(visit(i) for i in x.indices)))
+        else:
+            raise TypeError(f"not an expression: {x!r}")
+        memo[key] = (x, out)  # keeps x alive, so its id is not reused during the walk
+        return out
+
+    return visit(e)
+
+
+def substitute(e, mapping: dict):
+    """``e`` with every Var that ``mapping`` holds replaced by its value."""
+    if not mapping:
+        return e
+    return map_expr(e, lambda x: mapping.get(x, x) if isinstance(x, Var) else x)
 
 
 def map_stmt(s, expr_fn=None, stmt_fn=None):
@@ -49,6 +74,11 @@ def map_stmt(s, expr_fn=None, stmt_fn=None):
         if not stmts:
             return None
         return sf(Seq(stmts)) if len(stmts) > 1 else stmts[0]
+    if isinstance(s, Let):
+        body = map_stmt(s.body, expr_fn, stmt_fn)
+        if body is None:
+            return None  # values are pure: without a body nothing needs them
+        return sf(Let(tuple((v, ex(e)) for v, e in s.bindings), body))
     if isinstance(s, FlagIndexError):
         return sf(s)
     if isinstance(s, ReportIndexError):
@@ -59,7 +89,7 @@ def map_stmt(s, expr_fn=None, stmt_fn=None):
 def walk_stmt(s):
     """Yield every statement of ``s``, parents before children."""
     yield s
-    if isinstance(s, For):
+    if isinstance(s, (For, Let)):
         yield from walk_stmt(s.body)
     elif isinstance(s, If):
         yield from walk_stmt(s.then)
@@ -71,20 +101,31 @@ def walk_stmt(s):
 
 
 def walk_expr(e):
-    """Yield every expression node of ``e``, parents before children."""
-    yield e
-    if isinstance(e, (Binary, Cmp)):
-        yield from walk_expr(e.a)
-        yield from walk_expr(e.b)
-    elif isinstance(e, Select):
-        yield from walk_expr(e.cond)
-        yield from walk_expr(e.a)
-        yield from walk_expr(e.b)
-    elif isinstance(e, Cast):
-        yield from walk_expr(e.a)
-    elif isinstance(e, Load):
-        for i in e.indices:
-            yield from walk_expr(i)
+    """Yield every expression node of ``e``, parents before children (a shared node once per
+    occurrence)."""
+    stack = [e]
+    while stack:
+        x = stack.pop()
+        yield x
+        if isinstance(x, (Binary, Cmp)):
+            stack += (x.b, x.a)
+        elif isinstance(x, Select):
+            stack += (x.b, x.a, x.cond)
+        elif isinstance(x, Cast):
+            stack.append(x.a)
+        elif isinstance(x, Load):
+            stack += reversed(x.indices)
+
+
+def expr_size(e, limit: int) -> int:
+    """The number of nodes of ``e`` as a tree (shared nodes counted at every occurrence), or
+    ``limit + 1`` as soon as it is known to exceed ``limit``."""
+    n = 0
+    for _ in walk_expr(e):
+        n += 1
+        if n > limit:
+            break
+    return n
 
 
 def stmt_exprs(s):
@@ -95,6 +136,13 @@ def stmt_exprs(s):
         return list(s.indices) + [s.value]
     if isinstance(s, If):
         return [s.cond]
+    if isinstance(s, Let):
+        return [value for _, value in s.bindings]
     if isinstance(s, ReportIndexError):
         return [s.position] + ([s.value] if s.value is not None else [])
     return []
+
+
+def let_vars(s) -> list:
+    """The variables the Let statements of ``s`` bind, outermost first."""
+    return [v for st in walk_stmt(s) if isinstance(st, Let) for v, _ in st.bindings]

@@ -102,16 +102,18 @@ def _canonical(value) -> str:
 
 
 def program_fingerprint(program) -> str:
-    """A digest of everything about a program that changes what it computes."""
+    """A digest of everything about a program that changes what it computes. Names are written
+    as Python literals (``repr``): whatever characters they hold, no two programs give one text."""
     h = hashlib.sha256()
-    h.update(f"program {program.name}\n".encode())
+    h.update(f"program {program.name!r}\n".encode("utf-8", "surrogatepass"))
     for t in program.inputs:
-        h.update(f"in {t.name} {t.dtype} {t.shape}\n".encode())
+        h.update(f"in {t.name!r} {t.dtype} {t.shape}\n".encode("utf-8", "surrogatepass"))
     for n in program.nodes:
-        ins = ",".join(t.name for t in n.inputs)
+        ins = ",".join(repr(t.name) for t in n.inputs)
         attrs = _canonical(n.attrs)
-        h.update(f"node {n.op} {ins} {attrs} -> {n.output.name} {n.output.dtype} {n.output.shape}\n".encode())
-    h.update(("out " + ",".join(t.name for t in program.outputs)).encode())
+        h.update(f"node {n.op} {ins} {attrs} -> {n.output.name!r} {n.output.dtype} {n.output.shape}\n"
+                 .encode("utf-8", "surrogatepass"))
+    h.update(("out " + ",".join(repr(t.name) for t in program.outputs)).encode("utf-8", "surrogatepass"))
     return h.hexdigest()
 
 
