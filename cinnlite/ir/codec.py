@@ -26,7 +26,7 @@ from .constant import ConstArray
 
 NODE_CLASSES = {cls.__name__: cls for cls in (
     L.Buffer, L.Const, L.Var, L.Binary, L.Cmp, L.Select, L.Cast, L.Load, L.For, L.Store, L.Reduce, L.If,
-    L.Seq, L.ReportIndexError, L.FlagIndexError, L.IndexCheck, L.Kernel, L.LoweredProgram)}
+    L.Seq, L.Let, L.ReportIndexError, L.FlagIndexError, L.IndexCheck, L.Kernel, L.LoweredProgram)}
 _FIELDS = {name: tuple(f.name for f in dataclasses.fields(cls)) for name, cls in NODE_CLASSES.items()}
 _FIELD_SETS = {name: frozenset(fields) for name, fields in _FIELDS.items()}
 _DTYPES = {d.name: d for d in DATA_DTYPES}

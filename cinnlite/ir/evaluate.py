@@ -39,7 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..dtypes import DType
-from .loopnest import (COMBINES, Binary, Buffer, Cast, Cmp, Const, FlagIndexError, For, If, Kernel, Load,
+from .loopnest import (COMBINES, Binary, Buffer, Cast, Cmp, Const, FlagIndexError, For, If, Kernel, Let, Load,
                        LoweredProgram, Reduce, ReportIndexError, Select, Seq, Store, Var)
 from .passes import RANGE_BEGIN, RANGE_END, _c_div, kernel_stages, stage_extent
 from .schedule_gpu import GRID
@@ -338,6 +338,19 @@ def _seq(ev: Evaluator, s: Seq):
         ev.execute(st)
 
 
+def _let(ev: Evaluator, s: Let):
+    """Each binding in order, then the body; the variables are gone afterwards, as in C."""
+    outer = {var: ev.env.get(var) for var, _ in s.bindings}
+    for var, value in s.bindings:
+        ev.env[var] = ev.value(value)
+    ev.execute(s.body)
+    for var, before in outer.items():
+        if before is None:
+            ev.env.pop(var, None)
+        else:
+            ev.env[var] = before
+
+
 def _report(ev: Evaluator, s: ReportIndexError):
     value = ev.value(s.value) if s.value is not None else None
     ev.fail(FailedCheck(s.check_id, ev.value(s.position), value))
@@ -353,6 +366,7 @@ STATEMENTS = {
     Reduce: _reduce,
     If: _if,
     Seq: _seq,
+    Let: _let,
     ReportIndexError: _report,
     FlagIndexError: _flag,
 }
