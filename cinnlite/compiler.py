@@ -90,7 +90,7 @@ def passes(job: Compilation):
 
 
 def render(job: Compilation):
-    job.rendered = job.backend.render(job)
+    job.rendered = job.backend.renderer(job).render(job.lowered)
 
 
 def build(job: Compilation):

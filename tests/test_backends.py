@@ -11,8 +11,10 @@ import numpy as np
 import pytest
 
 import cinnlite as cl
-from cinnlite import NetBuilder
+from cinnlite import NetBuilder, compiler
+from cinnlite.backends.base import Compilation, CompileOptions
 from cinnlite.backends.registry import BACKENDS, get_backend
+from cinnlite.codegen.renderer import RenderedModule, Renderer
 from cinnlite.runtime import cache as caches
 from cinnlite.runtime import nvrtc
 
@@ -71,6 +73,20 @@ def test_every_target_shares_the_memory_cache(target, cache_dir):
     assert cl.compile(program(), target=target) is exe
     assert cl.compile(program(), target=target, cache=False) is not exe
     assert cl.compile(program(), target=target, fuse=False) is not exe
+
+
+@pytest.mark.parametrize("target", BACKENDS)
+def test_every_backend_renders_through_the_renderer_interface(target):
+    job = Compilation(program(), target, CompileOptions(cache=False))
+    for name, stage in compiler.STAGES:
+        if name == "render":
+            break
+        stage(job)
+    renderer = job.backend.renderer(job)
+    module = renderer.render(job.lowered)
+    assert isinstance(renderer, Renderer) and isinstance(module, RenderedModule)
+    assert module.stage == renderer.stage and module.stage in job.backend.stages
+    assert cl.compile(program(), target=target, cache=False).source(module.stage) == module.source
 
 
 def test_target_names_are_compared_in_no_module():

@@ -13,6 +13,7 @@ import pytest
 
 import cinnlite as cl
 from cinnlite import NetBuilder
+from cinnlite.codegen import c_family
 from cinnlite.codegen import cuda as cuda_codegen
 from cinnlite.errors import CompileError
 from cinnlite.ir.loopnest import For, Reduce, Store
@@ -54,7 +55,7 @@ def gpu_kernels(program, deterministic=False):
 
 
 def test_templates_share_one_strict_environment():
-    env = cuda_codegen._ENV
+    env = c_family.TEMPLATES
     assert env.undefined is jinja2.StrictUndefined
     with pytest.raises(jinja2.UndefinedError):
         env.get_template("kernel.cu.j2").render(name="k")  # everything else missing

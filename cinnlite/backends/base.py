@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..codegen.renderer import RenderedModule, Renderer
 from ..ir.graph import Program
 from ..ir.loopnest import LoweredProgram
 from ..runtime.executable import Executable
@@ -41,7 +42,7 @@ class Compilation:
     lowered: LoweredProgram | None = None   # lower, fuse, passes
     lowered_text: str = ""                  # passes: exe.source("lowered")
     pass_dumps: tuple = ()                  # passes, with dump_passes: (pass name, text) pairs
-    rendered: Any = None                    # render
+    rendered: RenderedModule | None = None  # render
     built: Any = None                       # build, or a disk cache entry
     executable: Executable | None = None    # load
 
@@ -63,8 +64,8 @@ class Backend:
         """The passes that run on every kernel after fusion, in order."""
         raise NotImplementedError
 
-    def render(self, job: Compilation) -> Any:
-        """The loop nests of ``job.lowered`` as source text for this target."""
+    def renderer(self, job: Compilation) -> Renderer:
+        """The renderer that writes ``job.lowered`` as this target's source text."""
         raise NotImplementedError
 
     def build(self, job: Compilation) -> Any:

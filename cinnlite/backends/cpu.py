@@ -22,16 +22,16 @@ class CPUBackend(Backend):
     def pipeline(self, options: CompileOptions) -> tuple:
         return CPU_PIPELINE
 
-    def render(self, job: Compilation):
-        """(LLVM IR text, the array data offset its objects entry reads, or None)."""
+    def renderer(self, job: Compilation) -> LLVMRenderer:
+        """For this CPU; with an entry that takes numpy arrays, where ctypes can pass them all."""
         table = job.lowered.buffer_table()
         offset = array_data_offset() if len(table) <= MAX_OBJECT_ARGS else None
         triple, data_layout = host_target()
-        return LLVMRenderer().render(job.lowered, triple, data_layout, array_data_offset=offset), offset
+        return LLVMRenderer(triple, data_layout, array_data_offset=offset)
 
     def build(self, job: Compilation):
-        text, offset = job.rendered
-        return build_module(text, job.options.opt_level, offset)
+        rendered = job.rendered
+        return build_module(rendered.source, job.options.opt_level, rendered.array_data_offset)
 
     def build_from_entry(self, entry: dict, options: CompileOptions):
         return build_from_entry(entry, options.opt_level)

@@ -29,8 +29,8 @@ class GPUBackend(Backend):
     def pipeline(self, options: CompileOptions) -> tuple:
         return GPU_PIPELINE_DETERMINISTIC if options.deterministic else GPU_PIPELINE
 
-    def render(self, job: Compilation) -> CudaModule:
-        return CUDARenderer().render(job.lowered, deterministic=job.options.deterministic)
+    def renderer(self, job: Compilation) -> CUDARenderer:
+        return CUDARenderer(deterministic=job.options.deterministic)
 
     def cache_options(self, options: CompileOptions) -> dict:
         return {"deterministic": options.deterministic, "fuse": options.fuse,

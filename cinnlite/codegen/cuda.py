@@ -1,7 +1,7 @@
 """CUDA C renderer: a GPU-scheduled LoweredProgram becomes one CUDA C translation unit.
 
-The boilerplate comes from Jinja templates in ``templates/`` (one environment, undefined
-variables are errors): the kernel signature, launch bounds, 64-bit thread indexing and the
+The boilerplate comes from Jinja templates in ``templates/`` (through ``c_family.TEMPLATES``,
+shared with the emulation's launcher, as are the C types): the kernel signature, launch bounds, 64-bit thread indexing and the
 grid-stride loop (``kernel.cu.j2``), the device helpers (``helpers.cu.j2``), the host-side launch
 plan (``launch_plan.cu.j2``) and the host emulation's launcher (``emu_launcher.cpp.j2``).
 Expressions, statements and index arithmetic are rendered here, in Python.
@@ -22,9 +22,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from pathlib import Path
-
-import jinja2
+from typing import ClassVar
 import numpy as np
 
 from ..dtypes import DType, float16, int64
@@ -33,22 +31,13 @@ from ..ir.loopnest import (Binary, Buffer, Cast, Cmp, Const, For, If, Load, Lowe
                            ReportIndexError, Select, Seq, Store, Var)
 from ..ir.schedule_gpu import grid_chain, top_level
 from ..ir.transform import stmt_exprs, walk_expr, walk_stmt
-
-_ENV = jinja2.Environment(
-    loader=jinja2.FileSystemLoader(str(Path(__file__).parent / "templates")),
-    undefined=jinja2.StrictUndefined,
-    trim_blocks=True,
-    lstrip_blocks=True,
-    keep_trailing_newline=True,
-    autoescape=False,
-)
+from .c_family import (ERROR_BUFFER, ERROR_BUFFER_CTYPE, TEMPLATES, memory_ctype, pointer_from, pointer_in_params,
+                       pointer_param, value_ctype)
+from .renderer import RenderedModule, Renderer
 
 BLOCK = 256  # threads per block; also the kernels' __launch_bounds__
 ERROR_SLOTS = 4  # int64 per mode="raise" check: smallest bad position, its value, a lock, unused
 
-_CTYPE = {"bool": "unsigned char", "int8": "signed char", "int16": "short", "int32": "int",
-          "int64": "long long", "uint8": "unsigned char", "float16": "cl_half", "float32": "float",
-          "float64": "double"}
 _SUFFIX = {"bool": "b", "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64", "uint8": "u8",
            "float16": "f16", "float32": "f32", "float64": "f64"}
 _INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "mod": "%"}
@@ -64,16 +53,6 @@ _RESERVED = frozenset("""
     typeid typename union unsigned using virtual void volatile wchar_t while xor
     threadIdx blockIdx blockDim gridDim warpSize main min max errors
 """.split())
-
-
-def memory_ctype(dtype: DType) -> str:
-    """The C type of one element of ``dtype`` in memory."""
-    return _CTYPE[dtype.name]
-
-
-def value_ctype(dtype: DType) -> str:
-    """The C type of a value of ``dtype`` in registers (bool is ``bool``)."""
-    return "bool" if dtype.is_bool else _CTYPE[dtype.name]
 
 
 def _utype(dtype: DType) -> str:
@@ -102,11 +81,10 @@ class Launch:
 
 
 @dataclass(frozen=True)
-class CudaModule:
+class CudaModule(RenderedModule):
     """The rendered translation unit and its launch plan, in execution order."""
 
-    name: str
-    source: str
+    stage: ClassVar[str] = "cuda"
     launches: tuple
     block: int
     num_checks: int             # the error buffer holds ERROR_SLOTS int64 per check
@@ -380,7 +358,7 @@ class _Emitter:
             if s.value is not None:
                 self.reported_values.add(s.check_id)
             value = self.index(s.value) if s.value is not None else "0LL"
-            return [f"{pad}{fn}(cl_errors, {s.check_id}, {self.index(s.position)}, {value});"]
+            return [f"{pad}{fn}({ERROR_BUFFER}, {s.check_id}, {self.index(s.position)}, {value});"]
         raise CompileError(f"CUDA renderer: cannot render statement {s!r}")
 
 
@@ -421,13 +399,17 @@ def _split_item(extents) -> list:
     return out
 
 
-class CUDARenderer:
-    """Loop-nest IR (after a GPU pipeline) -> CUDA C. ``render`` returns a :class:`CudaModule`."""
+class CUDARenderer(Renderer):
+    """Loop-nest IR (after a GPU pipeline) -> CUDA C. ``render`` returns a :class:`CudaModule`;
+    ``deterministic`` only says, in its header, that reductions were ordered."""
 
-    stage = "cuda"
+    stage = CudaModule.stage
     block = BLOCK
 
-    def render(self, program: LoweredProgram, deterministic: bool = False) -> CudaModule:
+    def __init__(self, deterministic: bool = False):
+        self.deterministic = deterministic
+
+    def render(self, program: LoweredProgram) -> CudaModule:
         slots = {b.name: i for i, b in enumerate(program.buffer_table())}
         helpers = _Helpers()
         texts, launches, used_names, reported = [], [], set(), set()
@@ -442,8 +424,8 @@ class CUDARenderer:
                 texts.append(text)
                 launches.append(launch)
         plan = [dict(name=l.name, total=l.items, args=list(l.buffers), errors=l.errors) for l in launches]
-        source = _ENV.get_template("module.cu.j2").render(
-            program=program.name, deterministic=deterministic, launches=plan, block=self.block,
+        source = TEMPLATES.get_template("module.cu.j2").render(
+            program=program.name, deterministic=self.deterministic, launches=plan, block=self.block,
             num_checks=len(program.checks), error_slots=ERROR_SLOTS, needs=helpers.needs, functions=list(helpers.functions.values()),
             kernels=texts)
         return CudaModule(program.name, source, tuple(launches), self.block, len(program.checks),
@@ -474,15 +456,14 @@ class CUDARenderer:
         lines = emitter.stmt(body, 2)
         reported |= emitter.reported_values
         has_errors = any(isinstance(s, ReportIndexError) for s in walk_stmt(body))
-        params = [f"{'' if b.name in written else 'const '}{memory_ctype(b.dtype)}* __restrict__ {names[b.name]}"
-                  for b in buffers]
+        params = [pointer_param(memory_ctype(b.dtype), names[b.name], writes=b.name in written) for b in buffers]
         if has_errors:
-            params.append("long long* __restrict__ cl_errors")
+            params.append(pointer_param(ERROR_BUFFER_CTYPE, ERROR_BUFFER))
         used = _loop_vars(body)
         grid_vars = [(l.var.name, value) for l, value in zip(loops, _split_item(extents)) if l.var.name in used]
         items = math.prod(extents)
         comment = f"{kernel.op} '{kernel.name}': {' x '.join(map(str, extents))} items"
-        text = _ENV.get_template("kernel.cu.j2").render(
+        text = TEMPLATES.get_template("kernel.cu.j2").render(
             comment=comment, block=self.block, name=name, params=params, total=items,
             grid_vars=grid_vars, body="\n".join(lines))
         launch = Launch(name, kernel.name, items, tuple(b.name for b in buffers),
@@ -497,9 +478,9 @@ def render_emu_launcher(module: CudaModule) -> str:
     ``cinnlite_emu_launch_<kernel>`` per launch takes its arguments as cuLaunchKernel does."""
     launches = []
     for l in module.launches:
-        params = [f"*({c}**)cl_params[{k}]" for k, c in enumerate(l.ctypes)]
-        if l.errors:
-            params.append(f"*(long long**)cl_params[{len(l.ctypes)}]")
-        launches.append(dict(name=l.name, total=l.items, errors=l.errors, params=params,
-                             slots=[dict(slot=s, ctype=c) for s, c in zip(l.slots, l.ctypes)]))
-    return _ENV.get_template("emu_launcher.cpp.j2").render(launches=launches, block=module.block)
+        from_table = [pointer_from(c, f"cl_table[{s}]") for s, c in zip(l.slots, l.ctypes)]
+        ctypes = list(l.ctypes) + ([ERROR_BUFFER_CTYPE] if l.errors else [])
+        launches.append(dict(name=l.name, total=l.items, from_table=from_table + ([ERROR_BUFFER] if l.errors else []),
+                             from_params=[pointer_in_params(c, k) for k, c in enumerate(ctypes)]))
+    return TEMPLATES.get_template("emu_launcher.cpp.j2").render(launches=launches, block=module.block,
+                                                                errors=ERROR_BUFFER, errors_ctype=ERROR_BUFFER_CTYPE)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import ClassVar
 
 from llvmlite import ir
 
@@ -22,6 +23,7 @@ from ..ir.loopnest import (Binary, Buffer, Cast, Cmp, Const, FlagIndexError, For
 from ..ir.passes import RANGE_BEGIN, RANGE_END, kernel_stages, stage_extent, stage_work
 from ..ir.transform import stmt_exprs, walk_expr, walk_stmt
 from .llvm_support import add_half_support
+from .renderer import RenderedModule, Renderer
 
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
 #: Stage return codes: done; a check failed and err holds it; a possibly bad index was seen.
@@ -327,23 +329,39 @@ class _KernelEmitter:
         return self.wrapper
 
 
-class LLVMRenderer:
-    """Loop-nest IR -> LLVM IR text. ``render`` returns the module's text."""
+@dataclass(frozen=True)
+class LLVMModule(RenderedModule):
+    """The LLVM IR of a program, and where its objects entry (if any) reads data pointers."""
 
-    stage = "llvm"
+    stage: ClassVar[str] = "llvm"
+    array_data_offset: int | None = None
+
+
+class LLVMRenderer(Renderer):
+    """Loop-nest IR -> LLVM IR text for the target ``triple`` and ``data_layout``.
+
+    With ``array_data_offset``, the module also has ``cinnlite_main_objects``: it takes one
+    numpy array object per buffer plus the error array, reads each data pointer at that byte
+    offset inside the object (numpy's ``PyArrayObject.data``) and runs main. It saves the
+    per-call cost of asking numpy for pointers from Python."""
+
+    stage = LLVMModule.stage
     entry = "cinnlite_main"
-    #: Takes the numpy array objects themselves (see ``render(objects_entry=...)``).
+    #: Takes the numpy array objects themselves (see ``array_data_offset``).
     objects_entry = "cinnlite_main_objects"
 
-    def render(self, program: LoweredProgram, triple: str = "", data_layout: str = "",
-               array_data_offset: int | None = None) -> str:
-        """The module's text. With ``array_data_offset``, also emit ``cinnlite_main_objects``:
-        it takes one numpy array object per buffer plus the error array, reads each data pointer
-        at that byte offset inside the object (numpy's ``PyArrayObject.data``) and runs main.
-        It saves the per-call cost of asking numpy for pointers from Python."""
+    def __init__(self, triple: str = "", data_layout: str = "", array_data_offset: int | None = None):
+        self.triple = triple
+        self.data_layout = data_layout
+        self.array_data_offset = array_data_offset
+
+    def render(self, program: LoweredProgram) -> LLVMModule:
+        return LLVMModule(program.name, self._module_text(program), self.array_data_offset)
+
+    def _module_text(self, program: LoweredProgram) -> str:
         module = ir.Module(name=program.name)
-        module.triple = triple
-        module.data_layout = data_layout
+        module.triple = self.triple
+        module.data_layout = self.data_layout
         slots = {buf.name: i for i, buf in enumerate(program.buffer_table())}
         main = ir.Function(module, ir.FunctionType(I32, [PTR, PTR]), self.entry)
         b = ir.IRBuilder(main.append_basic_block("entry"))
@@ -367,8 +385,8 @@ class LLVMRenderer:
             with b.if_then(failed, likely=False):
                 b.ret(status)
         b.ret(ir.Constant(I32, 0))
-        if array_data_offset is not None:
-            self._objects_entry(module, main, len(slots), array_data_offset)
+        if self.array_data_offset is not None:
+            self._objects_entry(module, main, len(slots), self.array_data_offset)
         if any(b.dtype.is_float and b.dtype.bits == 16 for b in program.buffer_table()) or "half" in str(module):
             add_half_support(module)
         return str(module)
