@@ -18,9 +18,9 @@ from cinnlite.codegen import cuda as cuda_codegen
 from cinnlite.errors import CompileError
 from cinnlite.ir.loopnest import For, Reduce, Store
 from cinnlite.ir.lower import lower_program
+from cinnlite.backends.gpu import GPU_PIPELINE, GPU_PIPELINE_DETERMINISTIC
 from cinnlite.ir.passes import run_pipeline
-from cinnlite.ir.schedule_gpu import (GPU_PIPELINE, GPU_PIPELINE_DETERMINISTIC, grid_chain, top_level,
-                                      verify_gpu)
+from cinnlite.ir.schedule_gpu import grid_chain, top_level, verify_gpu
 from cinnlite.ir.transform import walk_stmt
 
 

@@ -7,10 +7,15 @@ or takes the machine code of a disk cache entry as it is.
 from __future__ import annotations
 
 from ..codegen.llvm import LLVMRenderer
-from ..ir.passes import CPU_PIPELINE
+from ..ir.passes import remove_unit_loops, simplify, verify
+from ..ir.schedule_cpu import defer_index_checks, schedule_cpu
 from ..runtime.cpu import (MAX_OBJECT_ARGS, CPUExecutable, array_data_offset, build_from_entry, build_module,
                            host_environment, host_target)
 from .base import Backend, Compilation, CompileOptions
+
+
+#: The CPU's passes, in order (see ``cinnlite/ir/schedule_cpu.py``).
+CPU_PIPELINE = (remove_unit_loops, simplify, verify, schedule_cpu, defer_index_checks, verify)
 
 
 class CPUBackend(Backend):

@@ -7,10 +7,21 @@ from __future__ import annotations
 import functools
 
 from ..codegen.cuda import CUDARenderer, CudaModule
-from ..ir.schedule_gpu import GPU_PIPELINE, GPU_PIPELINE_DETERMINISTIC
+from ..ir.passes import remove_unit_loops, simplify, verify
+from ..ir.schedule_gpu import (fuse_independent_launches, order_update_nests, order_update_nests_deterministic,
+                               scatter_last_write_wins, schedule_gpu, verify_gpu)
 from ..runtime.cache import compiler_source_digest
 from ..runtime.cuda_base import module_fields, module_from_fields
 from .base import Backend, Compilation, CompileOptions
+
+
+#: The GPU targets' passes, in order (see ``cinnlite/ir/schedule_gpu.py``).
+GPU_PIPELINE = (remove_unit_loops, simplify, verify, order_update_nests, scatter_last_write_wins, simplify,
+                schedule_gpu, fuse_independent_launches, verify_gpu)
+#: With ``deterministic=True``: every update nest with a float reduction runs ordered.
+GPU_PIPELINE_DETERMINISTIC = (remove_unit_loops, simplify, verify, order_update_nests_deterministic,
+                              scatter_last_write_wins, simplify, schedule_gpu, fuse_independent_launches,
+                              verify_gpu)
 
 
 @functools.lru_cache(maxsize=1)
@@ -48,4 +59,4 @@ def module_from_entry(entry: dict) -> CudaModule:
     return module_from_fields(entry["module"], entry["cuda"])
 
 
-__all__ = ["GPUBackend", "module_fields", "module_from_entry"]
+__all__ = ["GPU_PIPELINE", "GPU_PIPELINE_DETERMINISTIC", "GPUBackend", "module_fields", "module_from_entry"]

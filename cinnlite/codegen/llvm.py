@@ -20,7 +20,8 @@ from llvmlite import ir
 from ..dtypes import DType
 from ..ir.loopnest import (Binary, Buffer, Cast, Cmp, Const, FlagIndexError, For, If, Load,
                            LoweredProgram, Reduce, ReportIndexError, Select, Seq, Store, Var)
-from ..ir.passes import RANGE_BEGIN, RANGE_END, kernel_stages, stage_extent, stage_work
+from ..ir.passes import RANGE_BEGIN, RANGE_END, kernel_stages
+from ..ir.schedule_cpu import stage_extent, stage_work
 from ..ir.transform import stmt_exprs, walk_expr, walk_stmt
 from .llvm_support import add_half_support
 from .renderer import RenderedModule, Renderer

@@ -41,7 +41,8 @@ import numpy as np
 from ..dtypes import DType
 from .loopnest import (COMBINES, Binary, Buffer, Cast, Cmp, Const, FlagIndexError, For, If, Kernel, Load,
                        LoweredProgram, Reduce, ReportIndexError, Select, Seq, Store, Var)
-from .passes import RANGE_BEGIN, RANGE_END, _c_div, kernel_stages, stage_extent
+from .passes import RANGE_BEGIN, RANGE_END, _c_div, kernel_stages
+from .schedule_cpu import stage_extent
 from .schedule_gpu import GRID
 
 ON_ERROR = ("stop", "record")

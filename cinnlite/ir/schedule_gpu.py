@@ -19,8 +19,9 @@ three ways:
   renderer makes it an atomic update. Integer results do not depend on the order; float ones
   may, which is what ``deterministic=True`` is for.
 
-``GPU_PIPELINE`` and ``GPU_PIPELINE_DETERMINISTIC`` list the passes, as ``CPU_PIPELINE`` does for
-the CPU; run them with :func:`cinnlite.ir.passes.run_pipeline`.
+``GPU_PIPELINE`` and ``GPU_PIPELINE_DETERMINISTIC`` in ``cinnlite/backends/gpu.py`` list the
+passes, as ``CPU_PIPELINE`` in ``cinnlite/backends/cpu.py`` does for the CPU; the CPU's
+counterpart of this module is ``schedule_cpu.py``.
 """
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ from ..dtypes import int32, int64
 from ..errors import CompileError
 from .loopnest import (Binary, Buffer, Cast, Cmp, Const, For, If, Kernel, Load, Reduce,
                        ReportIndexError, Seq, Store, Var, const)
-from .passes import remove_unit_loops, simplify, verify
+from .passes import verify
 from .transform import map_stmt, stmt_exprs, walk_expr, walk_stmt
 
 GRID = "gpu.grid"
@@ -334,13 +335,3 @@ def verify_gpu(kernel: Kernel) -> Kernel:
             if isinstance(s, Reduce) and s.combine == "none":
                 raise CompileError(f"GPU verifier, kernel {kernel.name}: a scatter update without a winner")
     return kernel
-
-
-# -- pipelines ------------------------------------------------------------------------------------
-
-GPU_PIPELINE = (remove_unit_loops, simplify, verify, order_update_nests, scatter_last_write_wins, simplify,
-                schedule_gpu, fuse_independent_launches, verify_gpu)
-
-GPU_PIPELINE_DETERMINISTIC = (remove_unit_loops, simplify, verify, order_update_nests_deterministic,
-                              scatter_last_write_wins, simplify, schedule_gpu, fuse_independent_launches,
-                              verify_gpu)
