@@ -46,7 +46,7 @@ from .schedule_cpu import stage_extent
 from .schedule_gpu import GRID
 
 ON_ERROR = ("stop", "record")
-LOOP_KINDS = ("serial", "parallel", "vectorize", "parallel_check", "deferred_check", "parallel_rows", GRID)
+LOOP_KINDS = ("serial", "parallel", "parallel_check", "deferred_check", "parallel_rows", GRID)
 
 
 class EvaluationError(Exception):

@@ -6,7 +6,8 @@ exports as a function over a slice ``[range_begin, range_end)`` of its parallel 
 :func:`schedule_cpu` sets each stage's kind (``parallel``, ``parallel_rows``,
 ``parallel_check``, or none), :func:`defer_index_checks` folds check nests into later stages
 (``deferred_check``), and :func:`stage_extent` and :func:`stage_work` tell the runtime how big
-a stage's parallel dimension and its work are. The GPU's counterpart is
+a stage's parallel dimension and its work are. Vectorising the inner loops is left to LLVM,
+which sees each stage's buffers as ``noalias`` arguments. The GPU's counterpart is
 ``schedule_gpu.py``; ``cinnlite/backends/cpu.py`` puts these passes in its pipeline.
 """
 from __future__ import annotations
@@ -28,14 +29,6 @@ def _writes_only_plain_stores(s) -> bool:
 
 def _vars_of(e) -> set:
     return {x for x in walk_expr(e) if isinstance(x, Var)}
-
-
-def _innermost_vectorize(s):
-    if isinstance(s, For):
-        if isinstance(s.body, For):
-            return replace(s, body=_innermost_vectorize(s.body))
-        return replace(s, kind="vectorize") if s.kind == "serial" else s
-    return s
 
 
 def _guard_rows(nest: For, row):
@@ -65,8 +58,7 @@ def _schedule_stage(s):
     if not isinstance(s, For):
         return s
     if _writes_only_plain_stores(s):
-        body = _innermost_vectorize(s.body) if isinstance(s.body, For) else s.body
-        return replace(s, body=body, kind="parallel")
+        return replace(s, kind="parallel")
     kinds = {type(x) for x in walk_stmt(s)}
     if ReportIndexError in kinds:
         if Reduce in kinds or Store in kinds:
@@ -91,8 +83,7 @@ def _schedule_stage(s):
 
 
 def schedule_cpu(kernel: Kernel) -> Kernel:
-    """Annotate every stage of the kernel for the CPU (see ``_schedule_stage``); the innermost
-    loop of compute nests is marked ``vectorize``."""
+    """Annotate every stage of the kernel for the CPU (see ``_schedule_stage``)."""
     stages = tuple(_schedule_stage(s) for s in kernel_stages(kernel))
     return replace(kernel, body=Seq(stages))
 
