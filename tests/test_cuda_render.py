@@ -20,8 +20,8 @@ from cinnlite.ir.loopnest import For, Reduce, Store
 from cinnlite.ir.lower import lower_program
 from cinnlite.backends.gpu import GPU_PIPELINE, GPU_PIPELINE_DETERMINISTIC
 from cinnlite.ir.passes import run_pipeline
-from cinnlite.ir.schedule_gpu import grid_chain, top_level, verify_gpu
-from cinnlite.ir.transform import walk_stmt
+from cinnlite.ir.schedule_gpu import grid_chain, verify_gpu
+from cinnlite.ir.transform import top_level, walk_stmt
 
 
 def gather_program(shape=(4, 3), index_shape=(2, 3), mode="raise"):

@@ -29,8 +29,8 @@ from ..dtypes import DType, float16, int64
 from ..errors import CompileError
 from ..ir.loopnest import (Binary, Buffer, Cast, Cmp, Const, For, If, Load, LoweredProgram, Reduce,
                            ReportIndexError, Select, Seq, Store, Var)
-from ..ir.schedule_gpu import grid_chain, top_level
-from ..ir.transform import stmt_exprs, walk_expr, walk_stmt
+from ..ir.schedule_gpu import grid_chain
+from ..ir.transform import buffers_of, stmt_vars, top_level, walk_expr, walk_stmt, written_buffers
 from .c_family import (ERROR_BUFFER, ERROR_BUFFER_CTYPE, TEMPLATES, memory_ctype, pointer_from, pointer_in_params,
                        pointer_param, value_ctype)
 from .renderer import RenderedModule, Renderer
@@ -365,28 +365,6 @@ class _Emitter:
 # -- launches and the module --------------------------------------------------------------------
 
 
-def _buffers_of(stmt) -> tuple:
-    """(every buffer the statement touches, the names of those it writes), first use first."""
-    seen, written = {}, set()
-    for s in walk_stmt(stmt):
-        for e in stmt_exprs(s):
-            for x in walk_expr(e):
-                if isinstance(x, Load):
-                    seen.setdefault(x.buffer.name, x.buffer)
-        if isinstance(s, (Store, Reduce)):
-            seen.setdefault(s.buffer.name, s.buffer)
-            written.add(s.buffer.name)
-    return list(seen.values()), written
-
-
-def _loop_vars(stmt) -> set:
-    used = set()
-    for s in walk_stmt(stmt):
-        for e in stmt_exprs(s):
-            used |= {x.name for x in walk_expr(e) if isinstance(x, Var)}
-    return used
-
-
 def _split_item(extents) -> list:
     """The row-major decomposition of ``cl_item`` into one index per extent."""
     out = []
@@ -437,7 +415,7 @@ class CUDARenderer(Renderer):
             raise CompileError(f"CUDA renderer, kernel {kernel.name}: a launch is not bound to the grid "
                                "(run a GPU pipeline first)")
         extents = [int(l.extent.value) for l in loops]
-        buffers, written = _buffers_of(body)
+        buffers, written = buffers_of(body), written_buffers(body)
         buffers.sort(key=lambda b: slots[b.name])
         var_names = {l.var.name for l in loops} | {s.var.name for s in walk_stmt(body) if isinstance(s, For)}
         for v in var_names:
@@ -459,7 +437,7 @@ class CUDARenderer(Renderer):
         params = [pointer_param(memory_ctype(b.dtype), names[b.name], writes=b.name in written) for b in buffers]
         if has_errors:
             params.append(pointer_param(ERROR_BUFFER_CTYPE, ERROR_BUFFER))
-        used = _loop_vars(body)
+        used = {v.name for v in stmt_vars(body)}
         grid_vars = [(l.var.name, value) for l, value in zip(loops, _split_item(extents)) if l.var.name in used]
         items = math.prod(extents)
         comment = f"{kernel.op} '{kernel.name}': {' x '.join(map(str, extents))} items"

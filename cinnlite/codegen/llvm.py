@@ -1,6 +1,6 @@
 """LLVM IR renderer: a LoweredProgram becomes one llvmlite module.
 
-Every stage of every kernel (see ``passes.kernel_stages``) becomes an exported function
+Every stage of every kernel (see ``transform.kernel_stages``) becomes an exported function
 ``<kernel>_s<j>(ptr bufs, i64 begin, i64 end, ptr err) -> i32`` that runs the slice
 ``[begin, end)`` of the stage's parallel dimension; it calls an internal ``_impl`` that takes
 each buffer as its own ``noalias`` pointer, which lets LLVM hoist index arithmetic and
@@ -20,9 +20,9 @@ from llvmlite import ir
 from ..dtypes import DType
 from ..ir.loopnest import (Binary, Buffer, Cast, Cmp, Const, FlagIndexError, For, If, Load,
                            LoweredProgram, Reduce, ReportIndexError, Select, Seq, Store, Var)
-from ..ir.passes import RANGE_BEGIN, RANGE_END, kernel_stages
+from ..ir.passes import RANGE_BEGIN, RANGE_END
 from ..ir.schedule_cpu import stage_extent, stage_work
-from ..ir.transform import stmt_exprs, walk_expr, walk_stmt
+from ..ir.transform import buffers_of, kernel_stages
 from .llvm_support import add_half_support
 from .renderer import RenderedModule, Renderer
 
@@ -50,19 +50,6 @@ def memory_type(dtype: DType):
 
 def symbol(name: str) -> str:
     return "k_" + re.sub(r"[^A-Za-z0-9_]", "_", name)
-
-
-def stage_buffers(stage) -> list:
-    """The buffers a stage touches, by name, in first-use order (views share their name)."""
-    seen = {}
-    for st in walk_stmt(stage):
-        if isinstance(st, (Store, Reduce)):
-            seen.setdefault(st.buffer.name, st.buffer)
-        for e in stmt_exprs(st):
-            for x in walk_expr(e):
-                if isinstance(x, Load):
-                    seen.setdefault(x.buffer.name, x.buffer)
-    return list(seen.values())
 
 
 @dataclass(frozen=True)
@@ -101,7 +88,7 @@ class _KernelEmitter:
 
     def __init__(self, module: ir.Module, stage, slots: dict, fn_name: str):
         self.stage = stage
-        self.buffers = stage_buffers(stage)
+        self.buffers = buffers_of(stage)
         n = len(self.buffers)
         self.fn = ir.Function(module, ir.FunctionType(I32, [PTR] * n + [I64, I64, PTR]), fn_name + "_impl")
         self.fn.linkage = "internal"

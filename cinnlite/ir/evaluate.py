@@ -41,8 +41,9 @@ import numpy as np
 from ..dtypes import DType
 from .loopnest import (COMBINES, Binary, Buffer, Cast, Cmp, Const, FlagIndexError, For, If, Kernel, Load,
                        LoweredProgram, Reduce, ReportIndexError, Select, Seq, Store, Var)
-from .passes import RANGE_BEGIN, RANGE_END, _c_div, kernel_stages
+from .passes import RANGE_BEGIN, RANGE_END, _c_div
 from .schedule_cpu import stage_extent
+from .transform import kernel_stages
 from .schedule_gpu import GRID
 
 ON_ERROR = ("stop", "record")

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .loopnest import Binary, Const, For, Kernel, Load, LoweredProgram, ReportIndexError, Seq, Store
-from .passes import kernel_stages
-from .transform import map_expr, map_stmt, stmt_exprs, walk_expr, walk_stmt
+from .loopnest import Const, For, Kernel, Load, LoweredProgram, ReportIndexError, Seq, Store
+from .transform import flat_position, kernel_stages, loads_of, map_stmt, stmt_exprs, substitute_expr, walk_stmt
 
 
 def compute_definition(kernel: Kernel):
@@ -38,13 +37,6 @@ def compute_definition(kernel: Kernel):
     return checks, tuple(vars_), tuple(extents), s
 
 
-def _flat(indices, shape):
-    pos = Const(0)
-    for i, d in zip(indices, shape):
-        pos = Binary("add", Binary("mul", pos, Const(d)), i)
-    return pos
-
-
 def _inline_loads(expr_fn_target: str, define):
     """An expression rewriter replacing loads of ``expr_fn_target`` by the definition."""
     _, vars_, extents, store = define
@@ -56,10 +48,10 @@ def _inline_loads(expr_fn_target: str, define):
                 mapping = dict(zip(vars_, idx))
             elif len(vars_) == 1:
                 # The producer's loop runs over the flat buffer (reshape): flatten the access.
-                mapping = {vars_[0]: _flat(idx, e.buffer.shape)}
+                mapping = {vars_[0]: flat_position(idx, e.buffer.shape)}
             else:
                 raise _CannotInline
-            return map_expr(store.value, lambda x: mapping.get(x, x))
+            return substitute_expr(store.value, mapping)
         return e
 
     return rewrite
@@ -70,11 +62,7 @@ class _CannotInline(Exception):
 
 
 def _reads(kernel: Kernel, name: str) -> bool:
-    for st in walk_stmt(kernel.body):
-        for e in stmt_exprs(st):
-            if any(isinstance(x, Load) and x.buffer.name == name for x in walk_expr(e)):
-                return True
-    return False
+    return any(loads_of(e, name) for st in walk_stmt(kernel.body) for e in stmt_exprs(st))
 
 
 def inline_computes(program: LoweredProgram, keep_index_buffers: bool = True) -> LoweredProgram:

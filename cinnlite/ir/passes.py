@@ -15,7 +15,7 @@ from ..dtypes import bool_, int64
 from ..errors import CompileError
 from .loopnest import (Binary, Buffer, Cast, Cmp, Const, For, If, Kernel, Load, LoweredProgram, Reduce, Select,
                        Seq, Store, Var)
-from .transform import map_stmt, stmt_exprs, walk_expr
+from .transform import map_stmt, stmt_exprs, substitute, walk_expr
 
 # -- what every stage may use -------------------------------------------------------------------
 
@@ -26,19 +26,7 @@ RANGE_END = Var("range_end")
 RANGE_VARS = (RANGE_BEGIN, RANGE_END)
 
 
-def kernel_stages(kernel: Kernel) -> tuple:
-    """The top-level statements of a kernel (nested sequences flattened), run one after
-    another: each is one stage."""
-    def flat(s):
-        return tuple(x for st in s.stmts for x in flat(st)) if isinstance(s, Seq) else (s,)
-    return flat(kernel.body)
-
-
 # -- remove_unit_loops ------------------------------------------------------------------------
-
-
-def _substitute(stmt, mapping):
-    return map_stmt(stmt, lambda e: mapping.get(e, e) if isinstance(e, Var) else e)
 
 
 def remove_unit_loops(kernel: Kernel) -> Kernel:
@@ -49,7 +37,7 @@ def remove_unit_loops(kernel: Kernel) -> Kernel:
             if s.extent.value == 0:
                 return None
             if s.extent.value == 1:
-                return _substitute(s.body, {s.var: Const(0, s.var.dtype)})
+                return substitute(s.body, {s.var: Const(0, s.var.dtype)})
         return s
 
     body = map_stmt(kernel.body, None, visit)

@@ -16,8 +16,8 @@ from dataclasses import replace
 
 from .loopnest import (Cmp, Const, FlagIndexError, For, If, Kernel, Load, Reduce, ReportIndexError, Seq, Store, Var,
                        logical_and)
-from .passes import RANGE_BEGIN, RANGE_END, kernel_stages, simplify_expr
-from .transform import map_expr, stmt_exprs, walk_expr, walk_stmt
+from .passes import RANGE_BEGIN, RANGE_END, simplify_expr
+from .transform import expr_vars, kernel_stages, loads_of, map_expr, stmt_exprs, walk_expr, walk_stmt
 
 # -- schedule_cpu -------------------------------------------------------------------------------
 
@@ -27,14 +27,10 @@ def _writes_only_plain_stores(s) -> bool:
     return Reduce not in kinds and ReportIndexError not in kinds
 
 
-def _vars_of(e) -> set:
-    return {x for x in walk_expr(e) if isinstance(x, Var)}
-
-
 def _guard_rows(nest: For, row):
     """Wrap the body of the innermost loop that ``row`` depends on in
     ``if range_begin <= row < range_end``, so the guard runs once per update slice."""
-    deps = _vars_of(row)
+    deps = expr_vars(row)
     guard = logical_and(Cmp("ge", row, RANGE_BEGIN), Cmp("lt", row, RANGE_END))
 
     def visit(s, bound):
@@ -77,7 +73,7 @@ def _schedule_stage(s):
     (row,) = rows
     if row == s.var:
         return replace(s, kind="parallel")
-    if not _vars_of(row):
+    if not expr_vars(row):
         return s  # every update hits one row: nothing to split
     return replace(_guard_rows(s, row), kind="parallel_rows")
 
@@ -129,10 +125,6 @@ def _check_nest(stage):
     return load, s.cond, s.then.check_id
 
 
-def _loads_of(e, name):
-    return [x for x in walk_expr(e) if isinstance(x, Load) and x.buffer.name == name]
-
-
 def _covers(stage, index: Load) -> bool:
     """Whether running ``stage`` whole evaluates a load of every element of the index buffer
     (unconditionally: statements under an ``if`` do not count; ``select`` operands do, since the
@@ -148,7 +140,7 @@ def _covers(stage, index: Load) -> bool:
         if isinstance(s, Seq):
             return any([visit(x, extents) for x in s.stmts])
         for e in stmt_exprs(s):
-            for load in _loads_of(e, name):
+            for load in loads_of(e, name):
                 record(load, extents)
         return False
 
@@ -179,7 +171,7 @@ def _flag_loads(stage, index: Load, cond, check_id):
     def flags_for(s):
         out = []
         for e in stmt_exprs(s):
-            for load in _loads_of(e, index.buffer.name):
+            for load in loads_of(e, index.buffer.name):
                 mapping = {v: i for v, i in zip(check_vars, load.indices) if isinstance(v, Var)}
                 bad = map_expr(cond, lambda x: mapping.get(x, x) if isinstance(x, Var) else simplify_expr(x))
                 flag = If(bad, FlagIndexError(check_id))
