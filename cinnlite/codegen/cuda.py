@@ -10,7 +10,8 @@ Every top-level statement of a kernel (after :mod:`cinnlite.ir.schedule_gpu`) is
 ``gpu.grid`` loops become one flat loop over ``items`` work items, each thread taking items
 ``tid, tid + stride, ...``; the item is split back into the loop variables row-major. On the GPU a
 ``Reduce`` is atomic and a ``Store`` plain; ``ReportIndexError`` records the smallest bad position
-of its check, and the index value there, in the error buffer (``ERROR_SLOTS`` int64 per check).
+of its check, and the index value there, in the error buffer (one ``error_record.PER_CHECK``
+record per check).
 
 Value types: bool is ``bool`` in registers and one byte in memory; float16 is kept as its bits
 (``cl_half``) and converted to float for arithmetic, rounding to nearest-even after each
@@ -33,10 +34,10 @@ from ..ir.schedule_gpu import grid_chain
 from ..ir.transform import buffers_of, stmt_vars, top_level, walk_expr, walk_stmt, written_buffers
 from .c_family import (ERROR_BUFFER, ERROR_BUFFER_CTYPE, TEMPLATES, memory_ctype, pointer_from, pointer_in_params,
                        pointer_param, value_ctype)
+from .error_record import PER_CHECK
 from .renderer import RenderedModule, Renderer
 
 BLOCK = 256  # threads per block; also the kernels' __launch_bounds__
-ERROR_SLOTS = 4  # int64 per mode="raise" check: smallest bad position, its value, a lock, unused
 
 _SUFFIX = {"bool": "b", "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64", "uint8": "u8",
            "float16": "f16", "float32": "f32", "float64": "f64"}
@@ -87,7 +88,7 @@ class CudaModule(RenderedModule):
     stage: ClassVar[str] = "cuda"
     launches: tuple
     block: int
-    num_checks: int             # the error buffer holds ERROR_SLOTS int64 per check
+    num_checks: int             # the error buffer holds one PER_CHECK record per check
     reported_values: frozenset  # the checks whose kernels report the bad index value too
 
 
@@ -132,7 +133,9 @@ class _Helpers:
                          lo_f=repr(float(info.min)), hi_f=repr(float(info.max)))
 
     def report(self) -> str:
-        return self._add("cl_report_index_error", kind="report")
+        return self._add("cl_report_index_error", kind="report", ctype=ERROR_BUFFER_CTYPE, size=PER_CHECK.size,
+                         position=PER_CHECK.index("position"), value=PER_CHECK.index("value"),
+                         lock=PER_CHECK.index("lock"))
 
     def atomic(self, op, dtype: DType, emitter) -> str:
         name = f"cl_atomic_{op}_{_SUFFIX[dtype.name]}"
@@ -404,7 +407,7 @@ class CUDARenderer(Renderer):
         plan = [dict(name=l.name, total=l.items, args=list(l.buffers), errors=l.errors) for l in launches]
         source = TEMPLATES.get_template("module.cu.j2").render(
             program=program.name, deterministic=self.deterministic, launches=plan, block=self.block,
-            num_checks=len(program.checks), error_slots=ERROR_SLOTS, needs=helpers.needs, functions=list(helpers.functions.values()),
+            num_checks=len(program.checks), error_slots=PER_CHECK.size, needs=helpers.needs, functions=list(helpers.functions.values()),
             kernels=texts)
         return CudaModule(program.name, source, tuple(launches), self.block, len(program.checks),
                           frozenset(reported))

@@ -6,8 +6,8 @@ Every stage of every kernel (see ``transform.kernel_stages``) becomes an exporte
 each buffer as its own ``noalias`` pointer, which lets LLVM hoist index arithmetic and
 vectorise. ``cinnlite_main(ptr bufs, ptr err) -> i32`` runs every stage whole, in order.
 ``bufs`` is the table of buffer pointers in ``LoweredProgram.buffer_table()`` order; ``err``
-holds three int64 slots that a failed ``mode="raise"`` check fills with (check id, flat
-position, index value) before the function returns 1.
+is the error record ``error_record.FIRST_FAILURE``, which a failed ``mode="raise"`` check
+fills (check id, flat position, index value) before the function returns 1.
 """
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from ..ir.loopnest import (Binary, Buffer, Cast, Cmp, Const, FlagIndexError, For
 from ..ir.passes import RANGE_BEGIN, RANGE_END
 from ..ir.schedule_cpu import stage_extent, stage_work
 from ..ir.transform import buffers_of, kernel_stages
+from .error_record import FIRST_FAILURE
 from .llvm_support import add_half_support
 from .renderer import RenderedModule, Renderer
 
@@ -262,16 +263,20 @@ class _KernelEmitter:
             b.store(ir.Constant(I32, FLAGGED), self.flag_slot())
         elif isinstance(s, ReportIndexError):
             pos = self.expr(s.position)
-            err = self.err
-            b.store(ir.Constant(I64, s.check_id), err)
-            b.store(pos, b.gep(err, [ir.Constant(I64, 1)], source_etype=I64))
+            b.store(ir.Constant(I64, s.check_id), self.error_slot("check"))
+            b.store(pos, self.error_slot("position"))
             if s.value is not None:
-                b.store(self.expr(s.value), b.gep(err, [ir.Constant(I64, 2)], source_etype=I64))
+                b.store(self.expr(s.value), self.error_slot("value"))
             b.ret(ir.Constant(I32, 1))
             # Anything emitted after the return lands in a fresh, unreachable block.
             b.position_at_end(self.fn.append_basic_block("after_error"))
         else:
             raise TypeError(f"cannot render {s!r}")
+
+    def error_slot(self, name: str):
+        """A pointer to slot ``name`` of the error record (see ``error_record.FIRST_FAILURE``)."""
+        k = FIRST_FAILURE.index(name)
+        return self.err if k == 0 else self.b.gep(self.err, [ir.Constant(I64, k)], source_etype=I64)
 
     def loop(self, s: For):
         b = self.b

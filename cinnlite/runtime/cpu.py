@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..codegen.error_record import FIRST_FAILURE
 from ..codegen.llvm import ERROR, FLAGGED, OK, LLVMRenderer, stage_plan
 from ..errors import CompileError
 from ..ir.loopnest import LoweredProgram
@@ -342,16 +343,15 @@ class CPUExecutable(Executable):
         # A per-thread error record: only read after a failed check has filled it.
         err = getattr(_ERR, "array", None)
         if err is None:
-            err = _ERR.array = np.zeros(3, np.int64)
+            err = _ERR.array = np.zeros(FIRST_FAILURE.size, np.int64)
         args.append(err)
         if self._entry_objects(*args) != 0:
-            buffers = dict(zip(self._slots, args))
-            self._raise_index_error(int(err[0]), int(err[1]), buffers, value=int(err[2]))
+            self._raise_first_failure(err, dict(zip(self._slots, args)))
         return args[self._out_slots[0]]
 
     def _run(self, arrays: dict) -> dict:
         buffers = self._allocate(arrays)
-        err = np.zeros(3, np.int64)
+        err = np.zeros(FIRST_FAILURE.size, np.int64)
         if self._entry_objects is not None and not self._parallel:
             status = self._entry_objects(*[buffers[n] for n in self._slots], err)
         else:
@@ -361,8 +361,13 @@ class CPUExecutable(Executable):
             else:
                 status = self._entry(ctypes.addressof(table), err.ctypes.data)
         if status != 0:
-            self._raise_index_error(int(err[0]), int(err[1]), buffers, value=int(err[2]))
+            self._raise_first_failure(err, buffers)
         return self._outputs(buffers)
+
+    def _raise_first_failure(self, err: np.ndarray, buffers: dict):
+        slot = FIRST_FAILURE.index
+        self._raise_index_error(int(err[slot("check")]), int(err[slot("position")]), buffers,
+                                value=int(err[slot("value")]))
 
     def _run_stages(self, table: int, err: int) -> int:
         """Run stage after stage; split the big parallel ones into one chunk per thread."""
@@ -388,11 +393,11 @@ class CPUExecutable(Executable):
         until then."""
         n = min(self.threads, info.extent)
         bounds = [info.extent * k // n for k in range(n + 1)]
-        errs = np.zeros((n, 3), np.int64)
-        base = errs.ctypes.data
-        statuses = shared_pool().run(lambda k: fn(table, bounds[k], bounds[k + 1], base + 24 * k), n, self.threads)
+        errs = np.zeros((n, FIRST_FAILURE.size), np.int64)
+        base, size = errs.ctypes.data, FIRST_FAILURE.nbytes
+        statuses = shared_pool().run(lambda k: fn(table, bounds[k], bounds[k + 1], base + size * k), n, self.threads)
         for k, st in enumerate(statuses):
             if st == ERROR:
-                ctypes.memmove(err, base + 24 * k, 24)
+                ctypes.memmove(err, base + size * k, size)
                 return ERROR
         return FLAGGED if FLAGGED in statuses else OK

@@ -13,13 +13,11 @@ import os
 
 import numpy as np
 
-from ..codegen.cuda import ERROR_SLOTS, CudaModule, Launch
+from ..codegen.cuda import CudaModule, Launch
+from ..codegen.error_record import NO_POSITION, PER_CHECK
 from ..ir.loopnest import LoweredProgram
 from . import nvrtc
 from .executable import Executable
-
-INT64_MAX = np.iinfo(np.int64).max
-
 
 def nvrtc_check_archs() -> tuple:
     """Architectures every compiled CUDA module is also built for with NVRTC (a check that the
@@ -90,17 +88,19 @@ class CUDABaseExecutable(Executable):
                 "module": module_fields(self.module), "nvrtc_images": dict(self._nvrtc_images)}
 
     def _new_error_buffer(self) -> np.ndarray:
-        """Per check: smallest bad position (none yet: INT64_MAX), its index value, a lock."""
-        errors = np.zeros((max(1, self.module.num_checks), ERROR_SLOTS), np.int64)
-        errors[:, 0] = INT64_MAX
+        """A ``PER_CHECK`` record per check: no bad position yet, no value, the lock free."""
+        errors = np.zeros((max(1, self.module.num_checks), PER_CHECK.size), np.int64)
+        errors[:, PER_CHECK.index("position")] = NO_POSITION
         return errors
 
     def _first_failed_check(self, errors: np.ndarray):
         """(check id, position, value or None) of the lowest-numbered check that failed, or None.
         Checks run in program order, so that is the one the CPU, which stops at the first,
         reports."""
+        position, value = PER_CHECK.index("position"), PER_CHECK.index("value")
         for check_id in range(self.module.num_checks):
-            if errors[check_id, 0] != INT64_MAX:
-                value = int(errors[check_id, 1]) if check_id in self.module.reported_values else None
-                return check_id, int(errors[check_id, 0]), value
+            record = errors[check_id]
+            if record[position] != NO_POSITION:
+                found = int(record[value]) if check_id in self.module.reported_values else None
+                return check_id, int(record[position]), found
         return None
