@@ -18,11 +18,9 @@ import re
 import sys
 
 from . import __version__
+from .backends.registry import BACKENDS, DEFAULT_TARGET, backends_with_stage, get_backend
 
-TARGETS = ("cpu", "cuda", "cuda-emu")
-CPU_STAGES = ("graph", "lowered", "llvm", "llvm_opt", "asm")
-CUDA_STAGES = ("graph", "lowered", "cuda", "ptx")
-STAGES = ("dot",) + tuple(dict.fromkeys(CPU_STAGES + CUDA_STAGES))
+TARGETS = BACKENDS
 
 EXIT_ERROR = 1   # the command could not do what was asked
 EXIT_USAGE = 2   # the command line itself is wrong (argparse's convention)
@@ -59,22 +57,36 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--input", "-i", action="append", default=[], metavar="NAME=FILE",
                      help="a graph input and the .npy file (or ONNX TensorProto .pb file) holding its value; "
                           "repeat for each input")
-    run.add_argument("--target", "-t", choices=TARGETS, default="cpu", help="compile target (default: cpu)")
+    run.add_argument("--target", "-t", choices=TARGETS, default=DEFAULT_TARGET,
+                     help=f"compile target (default: {DEFAULT_TARGET})")
     run.add_argument("--output-dir", "-o", metavar="DIR", help="save each output as DIR/<output name>.npy")
 
     emit = sub.add_parser(
         "emit", help="print a compilation stage of an ONNX model",
         description="Import an ONNX model, compile it and print one stage of the compilation: "
-                    f"{', '.join(CPU_STAGES)} on the cpu target; {', '.join(CUDA_STAGES)} on the cuda "
-                    "targets; dot prints the graph as Graphviz text (view it with `dot -Tsvg`).")
+                    f"{_stages_by_target()}; dot prints the graph as Graphviz text (view it with `dot -Tsvg`).")
     emit.add_argument("model", metavar="MODEL.onnx", help="the ONNX model")
     emit.add_argument("--stage", "-s", default="graph", metavar="STAGE",
-                      help=f"one of {', '.join(STAGES)} (default: graph)")
+                      help=f"one of {', '.join(emit_stages())} (default: graph)")
     emit.add_argument("--target", "-t", choices=TARGETS, default=None,
-                      help="compile target (default: cuda for the cuda and ptx stages, cpu otherwise)")
+                      help=f"compile target (default: the first of {', '.join(TARGETS)} that has the stage)")
     emit.add_argument("--shape", action="append", default=[], metavar="NAME=D0,D1,...",
                       help="a static shape for a graph input the model leaves symbolic; repeat as needed")
     return parser
+
+
+def emit_stages() -> tuple:
+    """Every stage ``emit`` prints: ``dot``, then each target's stages."""
+    return ("dot",) + tuple(dict.fromkeys(stage for name in TARGETS for stage in get_backend(name).stages))
+
+
+def _stages_by_target() -> str:
+    """``graph, lowered, ... on the cpu target; ... on the cuda and cuda-emu targets``."""
+    groups: dict = {}
+    for name in TARGETS:
+        groups.setdefault(get_backend(name).stages, []).append(name)
+    return "; ".join(f"{', '.join(stages)} on the {' and '.join(names)} target{'s' * (len(names) > 1)}"
+                     for stages, names in groups.items())
 
 
 def main(argv=None) -> int:
@@ -218,14 +230,13 @@ def cmd_emit(args) -> int:
     import cinnlite as cl
     from .frontend.onnx import graph_inputs, import_onnx, load_model
 
-    stage = args.stage
-    if stage not in STAGES and not stage.startswith("lowered:"):
-        raise UsageError(f"unknown stage {stage!r}; stages: {', '.join(STAGES)}")
-    target = args.target or ("cuda" if stage in ("cuda", "ptx") else "cpu")
-    if stage in CPU_STAGES + CUDA_STAGES:
-        offered = CPU_STAGES if target == "cpu" else CUDA_STAGES
-        if stage not in offered:
-            raise UsageError(f"target {target!r} has no stage {stage!r}; its stages: {', '.join(offered)}, dot")
+    stage, stages = args.stage, emit_stages()
+    if stage not in stages and not stage.startswith("lowered:"):
+        raise UsageError(f"unknown stage {stage!r}; stages: {', '.join(stages)}")
+    target = args.target or (backends_with_stage(stage) or [DEFAULT_TARGET])[0]
+    offered = get_backend(target).stages
+    if stage in stages and stage != "dot" and stage not in offered:
+        raise UsageError(f"target {target!r} has no stage {stage!r}; its stages: {', '.join(offered)}, dot")
     model = load_model(args.model)
     declared = {d.name for d in graph_inputs(model)}
     shapes = {}

@@ -1,17 +1,35 @@
-"""``cinnlite.compile``: Program -> executable for a target, through the pass pipelines."""
+"""``cinnlite.compile``: Program -> executable, through the same stages for every target.
+
+``STAGES`` run in order on one :class:`~cinnlite.backends.base.Compilation`:
+
+- ``validate``: the program and the options; the target's backend from the registry; the
+  compile cache key. An executable of the same key still alive in this process, or one the
+  disk cache holds (which only the ``load`` stage then needs), ends the compile here.
+- ``lower``: every operator to loop nests.
+- ``fuse``: computes inlined into their consumers (``fuse=True``).
+- ``passes``: the backend's pass pipeline.
+- ``render``: the loop nests as the backend's source text.
+- ``build``: the backend compiles that text (or starts compiling it).
+- ``load``: the executable, which goes into the memory cache and, through its
+  ``cache_entry()``, the disk cache.
+"""
 from __future__ import annotations
 
+import functools
+
 from .api_types import Executable, Target
+from .backends.base import Compilation, CompileOptions
+from .backends.registry import BACKENDS, get_backend
 from .errors import CinnliteError
-from .ir.graph import Program
 from .ir.fusion import inline_computes
+from .ir.graph import Program
 from .ir.lower import lower_program
-from .ir.passes import CPU_PIPELINE, run_pipeline
+from .ir.passes import run_pipeline
+from .ir.printer import program_str
 from .runtime import cache as caches
-from .runtime.cpu import CPUExecutable, host_environment
 from .runtime.workers import check_threads
 
-TARGETS = ("cpu", "cuda", "cuda-emu")
+TARGETS = BACKENDS
 
 
 def compile(program: Program, target: Target = "cpu", opt_level: int = 3, deterministic: bool = False,
@@ -27,61 +45,102 @@ def compile(program: Program, target: Target = "cpu", opt_level: int = 3, determ
     ``cinnlite.runtime.cache``; ``CINNLITE_CACHE_DIR`` moves or, set to ``off``, disables the
     disk cache, ``CINNLITE_CACHE_MAX_BYTES`` bounds it) and stores what it compiles there.
     """
+    job = Compilation(program, target, CompileOptions(opt_level, deterministic, threads, fuse, cache, dump_passes))
+    for _name, stage in STAGES:
+        stage(job)
+        if job.executable is not None:  # from a cache, or loaded
+            return job.executable
+    raise AssertionError("the load stage made no executable")
+
+
+# -- the stages ---------------------------------------------------------------------------------
+
+
+def validate(job: Compilation):
+    """Check the program and the options, find the backend, and look the compile up in the
+    caches (see ``_from_caches``)."""
+    program, options = job.program, job.options
     if not isinstance(program, Program):
         raise CinnliteError(f"compile() takes a Program from NetBuilder.build(), got {type(program).__name__}")
-    if target not in TARGETS:
-        raise CinnliteError(f"unknown target {target!r}; expected one of {', '.join(TARGETS)}")
-    if opt_level not in (0, 1, 2, 3):
-        raise CinnliteError(f"opt_level must be 0, 1, 2 or 3, got {opt_level!r}")
+    job.backend = get_backend(job.target)
+    if options.opt_level not in (0, 1, 2, 3):
+        raise CinnliteError(f"opt_level must be 0, 1, 2 or 3, got {options.opt_level!r}")
+    threads = options.threads
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
         raise CinnliteError(f"threads must be a positive integer or None, got {threads!r}")
     if threads is not None:
         check_threads(threads, "threads")  # before any cache lookup: a bad value never compiles
-    if target == "cpu":
-        return _compile_cpu(program, opt_level, threads, fuse, cache and not dump_passes, dump_passes)
-    lowered = lower_program(program)
-    from .runtime.cuda import compile_cuda  # "cuda" and "cuda-emu": one pipeline, one renderer
-
-    if fuse:
-        lowered = inline_computes(lowered)
-    return compile_cuda(program, lowered, target, deterministic=deterministic, dump_passes=dump_passes)
+    if options.cache and not options.dump_passes:
+        _from_caches(job)
 
 
-def _compile_cpu(program, opt_level, threads, fuse, use_cache, dump_passes):
-    key, disk = None, None
-    if use_cache:
-        options = {"opt_level": opt_level, "fuse": fuse, "pipeline": [p.__name__ for p in CPU_PIPELINE]}
-        key = caches.compile_key(program, "cpu", options, host_environment())
-        exe = caches.MEMORY.get((key, threads))
-        if exe is not None:
-            return exe
+def lower(job: Compilation):
+    job.lowered = lower_program(job.program)
+
+
+def fuse(job: Compilation):
+    if job.options.fuse:
+        job.lowered = inline_computes(job.lowered, keep_index_buffers=job.backend.keep_index_buffers)
+
+
+def passes(job: Compilation):
+    result = run_pipeline(job.lowered, job.backend.pipeline(job.options), dump=job.options.dump_passes)
+    job.lowered, job.pass_dumps = result if job.options.dump_passes else (result, ())
+    job.lowered_text = program_str(job.lowered)
+
+
+def render(job: Compilation):
+    job.rendered = job.backend.renderer(job).render(job.lowered)
+
+
+def build(job: Compilation):
+    job.built = job.backend.build(job)
+
+
+def load(job: Compilation):
+    """The executable, remembered in the memory and disk caches when the compile uses them."""
+    exe = job.backend.load(job)
+    if job.key is not None:
+        caches.MEMORY.put((job.key, job.options.threads), exe)
         disk = caches.disk_cache()
-        exe = _from_disk(disk, key, program, opt_level, threads) if disk is not None else None
+        if disk is not None:
+            exe.store_cache_entries_with(functools.partial(disk.store, job.key))
+    job.executable = exe
+
+
+STAGES = (("validate", validate), ("lower", lower), ("fuse", fuse), ("passes", passes), ("render", render),
+          ("build", build), ("load", load))
+
+
+# -- the compile cache ----------------------------------------------------------------------------
+
+
+def _from_caches(job: Compilation):
+    """Set ``job.key``; then ``job.executable`` from the memory cache, or from a disk entry."""
+    backend = job.backend
+    job.key = caches.compile_key(job.program, backend.name, backend.cache_options(job.options),
+                                 backend.environment())
+    job.executable = caches.MEMORY.get((job.key, job.options.threads))
+    disk = caches.disk_cache() if job.executable is None else None
+    if disk is not None:
+        exe = _from_disk(disk, job)
         if exe is not None:
-            caches.MEMORY.put((key, threads), exe)
-            return exe
-    lowered = lower_program(program)
-    if fuse:
-        lowered = inline_computes(lowered, keep_index_buffers=False)  # the CPU reports bad values
-    result = run_pipeline(lowered, CPU_PIPELINE, dump=dump_passes)
-    lowered, dumps = result if dump_passes else (result, ())
-    exe = CPUExecutable(program, lowered, opt_level=opt_level, pass_dumps=dumps, threads=threads)
-    if key is not None:
-        caches.MEMORY.put((key, threads), exe)
-        entry = exe.cache_entry()
-        if disk is not None and entry is not None:
-            disk.store(key, entry)
-    return exe
+            caches.MEMORY.put((job.key, job.options.threads), exe)
+            exe.store_cache_entries_with(functools.partial(disk.store, job.key), now=False)
+            job.executable = exe
 
 
-def _from_disk(disk, key, program, opt_level, threads):
+def _from_disk(disk: caches.DiskCache, job: Compilation):
     """The executable of a disk entry, or None. The entry's seal has been checked, so it is what
     some cinnlite wrote under this key; one that still does not rebuild (a foreign writer, a
     layout this version does not expect) is a miss, compiled again and replaced."""
-    entry = disk.load(key)
+    entry = disk.load(job.key)
     if entry is None:
         return None
     try:
-        return CPUExecutable(program, entry["lowered"], opt_level=opt_level, threads=threads, cached=entry)
+        job.lowered, job.lowered_text = entry["lowered"], entry["lowered_text"]
+        job.built = job.backend.build_from_entry(entry, job.options)
+        return job.backend.load(job)
     except Exception:  # noqa: BLE001 - any failure to rebuild means: compile afresh
+        job.lowered = job.built = None
         return None

@@ -140,7 +140,7 @@ def kernel_text(lowered: str, kernel: str) -> str:
 
 def fold_other_stages(kernel: str, hot: int) -> str:
     """The kernel's text with every top-level statement but stage ``hot`` folded onto one line:
-    the stages are the kernel's top-level statements, in order (``passes.kernel_stages``)."""
+    the stages are the kernel's top-level statements, in order (``transform.kernel_stages``)."""
     head, *body, tail = kernel.split("\n")
     allocs = [line for line in body if line.startswith("  alloc ")]
     stages: list[list[str]] = []

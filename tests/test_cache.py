@@ -90,7 +90,7 @@ HIT_OR_MISS = textwrap.dedent("""
     built = []
     original = cpu.CPUExecutable.__init__
     def spy(self, *a, **k):
-        built.append(k.get("cached") is not None)
+        built.append(k["built"].from_cache)
         return original(self, *a, **k)
     cpu.CPUExecutable.__init__ = spy
     check(cl.compile(program()))
@@ -174,7 +174,7 @@ def spy_builds(monkeypatch):
     original = cpu.CPUExecutable.__init__
 
     def spy(self, *args, **kwargs):
-        built.append(kwargs.get("cached") is not None)
+        built.append(kwargs["built"].from_cache)
         return original(self, *args, **kwargs)
 
     monkeypatch.setattr(cpu.CPUExecutable, "__init__", spy)

@@ -13,14 +13,15 @@ import pytest
 
 import cinnlite as cl
 from cinnlite import NetBuilder
+from cinnlite.codegen import c_family
 from cinnlite.codegen import cuda as cuda_codegen
 from cinnlite.errors import CompileError
 from cinnlite.ir.loopnest import For, Reduce, Store
 from cinnlite.ir.lower import lower_program
+from cinnlite.backends.gpu import GPU_PIPELINE, GPU_PIPELINE_DETERMINISTIC
 from cinnlite.ir.passes import run_pipeline
-from cinnlite.ir.schedule_gpu import (GPU_PIPELINE, GPU_PIPELINE_DETERMINISTIC, grid_chain, top_level,
-                                      verify_gpu)
-from cinnlite.ir.transform import walk_stmt
+from cinnlite.ir.schedule_gpu import grid_chain, verify_gpu
+from cinnlite.ir.transform import top_level, walk_stmt
 
 
 def gather_program(shape=(4, 3), index_shape=(2, 3), mode="raise"):
@@ -54,7 +55,7 @@ def gpu_kernels(program, deterministic=False):
 
 
 def test_templates_share_one_strict_environment():
-    env = cuda_codegen._ENV
+    env = c_family.TEMPLATES
     assert env.undefined is jinja2.StrictUndefined
     with pytest.raises(jinja2.UndefinedError):
         env.get_template("kernel.cu.j2").render(name="k")  # everything else missing

@@ -28,8 +28,9 @@ from cinnlite.ir.evaluate import EvaluationError, FailedCheck, binary, cast, eva
 from cinnlite.ir.fusion import inline_computes
 from cinnlite.ir.loopnest import Binary, FlagIndexError, Store
 from cinnlite.ir.lower import lower_program
-from cinnlite.ir.passes import CPU_PIPELINE, run_pipeline
-from cinnlite.ir.schedule_gpu import GPU_PIPELINE, GPU_PIPELINE_DETERMINISTIC
+from cinnlite.backends.cpu import CPU_PIPELINE
+from cinnlite.backends.gpu import GPU_PIPELINE, GPU_PIPELINE_DETERMINISTIC
+from cinnlite.ir.passes import run_pipeline
 from cinnlite.ir.transform import map_stmt
 
 # -- pipelines, one step at a time ------------------------------------------------------------------

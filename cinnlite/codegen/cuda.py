@@ -1,7 +1,7 @@
 """CUDA C renderer: a GPU-scheduled LoweredProgram becomes one CUDA C translation unit.
 
-The boilerplate comes from Jinja templates in ``templates/`` (one environment, undefined
-variables are errors): the kernel signature, launch bounds, 64-bit thread indexing and the
+The boilerplate comes from Jinja templates in ``templates/`` (through ``c_family.TEMPLATES``,
+shared with the emulation's launcher, as are the C types): the kernel signature, launch bounds, 64-bit thread indexing and the
 grid-stride loop (``kernel.cu.j2``), the device helpers (``helpers.cu.j2``), the host-side launch
 plan (``launch_plan.cu.j2``) and the host emulation's launcher (``emu_launcher.cpp.j2``).
 Expressions, statements and index arithmetic are rendered here, in Python.
@@ -10,7 +10,8 @@ Every top-level statement of a kernel (after :mod:`cinnlite.ir.schedule_gpu`) is
 ``gpu.grid`` loops become one flat loop over ``items`` work items, each thread taking items
 ``tid, tid + stride, ...``; the item is split back into the loop variables row-major. On the GPU a
 ``Reduce`` is atomic and a ``Store`` plain; ``ReportIndexError`` records the smallest bad position
-of its check, and the index value there, in the error buffer (``ERROR_SLOTS`` int64 per check).
+of its check, and the index value there, in the error buffer (one ``error_record.PER_CHECK``
+record per check).
 
 Value types: bool is ``bool`` in registers and one byte in memory; float16 is kept as its bits
 (``cl_half``) and converted to float for arithmetic, rounding to nearest-even after each
@@ -22,36 +23,24 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from pathlib import Path
-
-import jinja2
+from typing import ClassVar
 import numpy as np
 
 from ..dtypes import DType, float16, int64
 from ..errors import CompileError
 from ..ir.loopnest import (Binary, Buffer, Cast, Cmp, Const, For, If, Let, Load, LoweredProgram, Reduce,
                            ReportIndexError, Select, Seq, Store, Var)
-from ..ir.schedule_gpu import grid_chain, top_level
-from ..ir.transform import let_vars, stmt_exprs, walk_expr, walk_stmt
-from .names import comment_text, safe_name
-
-_ENV = jinja2.Environment(
-    loader=jinja2.FileSystemLoader(str(Path(__file__).parent / "templates")),
-    undefined=jinja2.StrictUndefined,
-    trim_blocks=True,
-    lstrip_blocks=True,
-    keep_trailing_newline=True,
-    autoescape=False,
-)
-# Names of the user's program are shown in comments only through this filter (see names.py).
-_ENV.filters["comment"] = comment_text
+from ..ir.schedule_gpu import grid_chain
+from ..ir.transform import (buffers_of, let_vars, stmt_vars, top_level, walk_expr, walk_stmt,
+                            written_buffers)
+from .c_family import (ERROR_BUFFER, ERROR_BUFFER_CTYPE, TEMPLATES, memory_ctype, pointer_from, pointer_in_params,
+                       pointer_param, value_ctype)
+from .error_record import PER_CHECK
+from .names import safe_name
+from .renderer import RenderedModule, Renderer
 
 BLOCK = 256  # threads per block; also the kernels' __launch_bounds__
-ERROR_SLOTS = 4  # int64 per mode="raise" check: smallest bad position, its value, a lock, unused
 
-_CTYPE = {"bool": "unsigned char", "int8": "signed char", "int16": "short", "int32": "int",
-          "int64": "long long", "uint8": "unsigned char", "float16": "cl_half", "float32": "float",
-          "float64": "double"}
 _SUFFIX = {"bool": "b", "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64", "uint8": "u8",
            "float16": "f16", "float32": "f32", "float64": "f64"}
 _INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "mod": "%"}
@@ -67,16 +56,6 @@ _RESERVED = frozenset("""
     typeid typename union unsigned using virtual void volatile wchar_t while xor
     threadIdx blockIdx blockDim gridDim warpSize main min max errors fmod fmodf NULL
 """.split())
-
-
-def memory_ctype(dtype: DType) -> str:
-    """The C type of one element of ``dtype`` in memory."""
-    return _CTYPE[dtype.name]
-
-
-def value_ctype(dtype: DType) -> str:
-    """The C type of a value of ``dtype`` in registers (bool is ``bool``)."""
-    return "bool" if dtype.is_bool else _CTYPE[dtype.name]
 
 
 def _utype(dtype: DType) -> str:
@@ -101,14 +80,13 @@ class Launch:
 
 
 @dataclass(frozen=True)
-class CudaModule:
+class CudaModule(RenderedModule):
     """The rendered translation unit and its launch plan, in execution order."""
 
-    name: str
-    source: str
+    stage: ClassVar[str] = "cuda"
     launches: tuple
     block: int
-    num_checks: int             # the error buffer holds ERROR_SLOTS int64 per check
+    num_checks: int             # the error buffer holds one PER_CHECK record per check
     reported_values: frozenset  # the checks whose kernels report the bad index value too
 
 
@@ -153,7 +131,9 @@ class _Helpers:
                          lo_f=repr(float(info.min)), hi_f=repr(float(info.max)))
 
     def report(self) -> str:
-        return self._add("cl_report_index_error", kind="report")
+        return self._add("cl_report_index_error", kind="report", ctype=ERROR_BUFFER_CTYPE, size=PER_CHECK.size,
+                         position=PER_CHECK.index("position"), value=PER_CHECK.index("value"),
+                         lock=PER_CHECK.index("lock"))
 
     def atomic(self, op, dtype: DType, emitter) -> str:
         name = f"cl_atomic_{op}_{_SUFFIX[dtype.name]}"
@@ -392,33 +372,11 @@ class _Emitter:
             if s.value is not None:
                 self.reported_values.add(s.check_id)
             value = self.index(s.value) if s.value is not None else "0LL"
-            return [f"{pad}{fn}(cl_errors, {s.check_id}, {self.index(s.position)}, {value});"]
+            return [f"{pad}{fn}({ERROR_BUFFER}, {s.check_id}, {self.index(s.position)}, {value});"]
         raise CompileError(f"CUDA renderer: cannot render statement {s!r}")
 
 
 # -- launches and the module --------------------------------------------------------------------
-
-
-def _buffers_of(stmt) -> tuple:
-    """(every buffer the statement touches, the names of those it writes), first use first."""
-    seen, written = {}, set()
-    for s in walk_stmt(stmt):
-        for e in stmt_exprs(s):
-            for x in walk_expr(e):
-                if isinstance(x, Load):
-                    seen.setdefault(x.buffer.name, x.buffer)
-        if isinstance(s, (Store, Reduce)):
-            seen.setdefault(s.buffer.name, s.buffer)
-            written.add(s.buffer.name)
-    return list(seen.values()), written
-
-
-def _loop_vars(stmt) -> set:
-    used = set()
-    for s in walk_stmt(stmt):
-        for e in stmt_exprs(s):
-            used |= {x.name for x in walk_expr(e) if isinstance(x, Var)}
-    return used
 
 
 def _split_item(extents) -> list:
@@ -433,13 +391,17 @@ def _split_item(extents) -> list:
     return out
 
 
-class CUDARenderer:
-    """Loop-nest IR (after a GPU pipeline) -> CUDA C. ``render`` returns a :class:`CudaModule`."""
+class CUDARenderer(Renderer):
+    """Loop-nest IR (after a GPU pipeline) -> CUDA C. ``render`` returns a :class:`CudaModule`;
+    ``deterministic`` only says, in its header, that reductions were ordered."""
 
-    stage = "cuda"
+    stage = CudaModule.stage
     block = BLOCK
 
-    def render(self, program: LoweredProgram, deterministic: bool = False) -> CudaModule:
+    def __init__(self, deterministic: bool = False):
+        self.deterministic = deterministic
+
+    def render(self, program: LoweredProgram) -> CudaModule:
         slots = {b.name: i for i, b in enumerate(program.buffer_table())}
         helpers = _Helpers()
         texts, launches, used_names, reported = [], [], set(), set()
@@ -454,9 +416,9 @@ class CUDARenderer:
                 texts.append(text)
                 launches.append(launch)
         plan = [dict(name=l.name, total=l.items, args=list(l.buffers), errors=l.errors) for l in launches]
-        source = _ENV.get_template("module.cu.j2").render(
-            program=program.name, deterministic=deterministic, launches=plan, block=self.block,
-            num_checks=len(program.checks), error_slots=ERROR_SLOTS, needs=helpers.needs, functions=list(helpers.functions.values()),
+        source = TEMPLATES.get_template("module.cu.j2").render(
+            program=program.name, deterministic=self.deterministic, launches=plan, block=self.block,
+            num_checks=len(program.checks), error_slots=PER_CHECK.size, needs=helpers.needs, functions=list(helpers.functions.values()),
             kernels=texts)
         return CudaModule(program.name, source, tuple(launches), self.block, len(program.checks),
                           frozenset(reported))
@@ -467,7 +429,7 @@ class CUDARenderer:
             raise CompileError(f"CUDA renderer, kernel {kernel.name}: a launch is not bound to the grid "
                                "(run a GPU pipeline first)")
         extents = [int(l.extent.value) for l in loops]
-        buffers, written = _buffers_of(body)
+        buffers, written = buffers_of(body), written_buffers(body)
         buffers.sort(key=lambda b: slots[b.name])
         var_names = {l.var.name for l in loops} | {s.var.name for s in walk_stmt(body) if isinstance(s, For)}
         var_names |= {v.name for v in let_vars(body)}
@@ -487,15 +449,14 @@ class CUDARenderer:
         lines = emitter.stmt(body, 2)
         reported |= emitter.reported_values
         has_errors = any(isinstance(s, ReportIndexError) for s in walk_stmt(body))
-        params = [f"{'' if b.name in written else 'const '}{memory_ctype(b.dtype)}* __restrict__ {names[b.name]}"
-                  for b in buffers]
+        params = [pointer_param(memory_ctype(b.dtype), names[b.name], writes=b.name in written) for b in buffers]
         if has_errors:
-            params.append("long long* __restrict__ cl_errors")
-        used = _loop_vars(body)
+            params.append(pointer_param(ERROR_BUFFER_CTYPE, ERROR_BUFFER))
+        used = {v.name for v in stmt_vars(body)}
         grid_vars = [(l.var.name, value) for l, value in zip(loops, _split_item(extents)) if l.var.name in used]
         items = math.prod(extents)
         comment = f"{kernel.op} '{kernel.name}': {' x '.join(map(str, extents))} items"
-        text = _ENV.get_template("kernel.cu.j2").render(
+        text = TEMPLATES.get_template("kernel.cu.j2").render(
             comment=comment, block=self.block, name=name, params=params, total=items,
             grid_vars=grid_vars, body="\n".join(lines))
         launch = Launch(name, kernel.name, items, tuple(b.name for b in buffers),
@@ -510,9 +471,9 @@ def render_emu_launcher(module: CudaModule) -> str:
     ``cinnlite_emu_launch_<kernel>`` per launch takes its arguments as cuLaunchKernel does."""
     launches = []
     for l in module.launches:
-        params = [f"*({c}**)cl_params[{k}]" for k, c in enumerate(l.ctypes)]
-        if l.errors:
-            params.append(f"*(long long**)cl_params[{len(l.ctypes)}]")
-        launches.append(dict(name=l.name, total=l.items, errors=l.errors, params=params,
-                             slots=[dict(slot=s, ctype=c) for s, c in zip(l.slots, l.ctypes)]))
-    return _ENV.get_template("emu_launcher.cpp.j2").render(launches=launches, block=module.block)
+        from_table = [pointer_from(c, f"cl_table[{s}]") for s, c in zip(l.slots, l.ctypes)]
+        ctypes = list(l.ctypes) + ([ERROR_BUFFER_CTYPE] if l.errors else [])
+        launches.append(dict(name=l.name, total=l.items, from_table=from_table + ([ERROR_BUFFER] if l.errors else []),
+                             from_params=[pointer_in_params(c, k) for k, c in enumerate(ctypes)]))
+    return TEMPLATES.get_template("emu_launcher.cpp.j2").render(launches=launches, block=module.block,
+                                                                errors=ERROR_BUFFER, errors_ctype=ERROR_BUFFER_CTYPE)

@@ -1,27 +1,31 @@
 """LLVM IR renderer: a LoweredProgram becomes one llvmlite module.
 
-Every stage of every kernel (see ``passes.kernel_stages``) becomes an exported function
+Every stage of every kernel (see ``transform.kernel_stages``) becomes an exported function
 ``<kernel>_s<j>(ptr bufs, i64 begin, i64 end, ptr err) -> i32`` that runs the slice
 ``[begin, end)`` of the stage's parallel dimension; it calls an internal ``_impl`` that takes
 each buffer as its own ``noalias`` pointer, which lets LLVM hoist index arithmetic and
 vectorise. ``cinnlite_main(ptr bufs, ptr err) -> i32`` runs every stage whole, in order.
 ``bufs`` is the table of buffer pointers in ``LoweredProgram.buffer_table()`` order; ``err``
-holds three int64 slots that a failed ``mode="raise"`` check fills with (check id, flat
-position, index value) before the function returns 1.
+is the error record ``error_record.FIRST_FAILURE``, which a failed ``mode="raise"`` check
+fills (check id, flat position, index value) before the function returns 1.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from llvmlite import ir
 
 from ..dtypes import DType
 from ..ir.loopnest import (Binary, Buffer, Cast, Cmp, Const, FlagIndexError, For, If, Let, Load,
                            LoweredProgram, Reduce, ReportIndexError, Select, Seq, Store, Var)
-from ..ir.passes import RANGE_BEGIN, RANGE_END, kernel_stages, stage_extent, stage_work
-from ..ir.transform import stmt_exprs, walk_expr, walk_stmt
+from ..ir.passes import RANGE_BEGIN, RANGE_END
+from ..ir.schedule_cpu import stage_extent, stage_work
+from ..ir.transform import buffers_of, kernel_stages
+from .error_record import FIRST_FAILURE
 from .llvm_support import add_half_support
 from .names import comment_text, safe_name
+from .renderer import RenderedModule, Renderer
 
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
 #: Stage return codes: done; a check failed and err holds it; a possibly bad index was seen.
@@ -48,19 +52,6 @@ def memory_type(dtype: DType):
 def symbol(name: str) -> str:
     """The exported symbol of a kernel: ``k_`` and the kernel's name made safe (names.py)."""
     return "k_" + safe_name(name)
-
-
-def stage_buffers(stage) -> list:
-    """The buffers a stage touches, by name, in first-use order (views share their name)."""
-    seen = {}
-    for st in walk_stmt(stage):
-        if isinstance(st, (Store, Reduce)):
-            seen.setdefault(st.buffer.name, st.buffer)
-        for e in stmt_exprs(st):
-            for x in walk_expr(e):
-                if isinstance(x, Load):
-                    seen.setdefault(x.buffer.name, x.buffer)
-    return list(seen.values())
 
 
 @dataclass(frozen=True)
@@ -99,7 +90,7 @@ class _KernelEmitter:
 
     def __init__(self, module: ir.Module, stage, slots: dict, fn_name: str):
         self.stage = stage
-        self.buffers = stage_buffers(stage)
+        self.buffers = buffers_of(stage)
         n = len(self.buffers)
         self.fn = ir.Function(module, ir.FunctionType(I32, [PTR] * n + [I64, I64, PTR]), fn_name + "_impl")
         self.fn.linkage = "internal"
@@ -302,16 +293,20 @@ class _KernelEmitter:
             b.store(ir.Constant(I32, FLAGGED), self.flag_slot())
         elif isinstance(s, ReportIndexError):
             pos = self.expr(s.position)
-            err = self.err
-            b.store(ir.Constant(I64, s.check_id), err)
-            b.store(pos, b.gep(err, [ir.Constant(I64, 1)], source_etype=I64))
+            b.store(ir.Constant(I64, s.check_id), self.error_slot("check"))
+            b.store(pos, self.error_slot("position"))
             if s.value is not None:
-                b.store(self.expr(s.value), b.gep(err, [ir.Constant(I64, 2)], source_etype=I64))
+                b.store(self.expr(s.value), self.error_slot("value"))
             b.ret(ir.Constant(I32, 1))
             # Anything emitted after the return lands in a fresh, unreachable block.
             b.position_at_end(self.fn.append_basic_block("after_error"))
         else:
             raise TypeError(f"cannot render {s!r}")
+
+    def error_slot(self, name: str):
+        """A pointer to slot ``name`` of the error record (see ``error_record.FIRST_FAILURE``)."""
+        k = FIRST_FAILURE.index(name)
+        return self.err if k == 0 else self.b.gep(self.err, [ir.Constant(I64, k)], source_etype=I64)
 
     def loop(self, s: For):
         b = self.b
@@ -357,23 +352,39 @@ class _KernelEmitter:
         return self.wrapper
 
 
-class LLVMRenderer:
-    """Loop-nest IR -> LLVM IR text. ``render`` returns the module's text."""
+@dataclass(frozen=True)
+class LLVMModule(RenderedModule):
+    """The LLVM IR of a program, and where its objects entry (if any) reads data pointers."""
 
-    stage = "llvm"
+    stage: ClassVar[str] = "llvm"
+    array_data_offset: int | None = None
+
+
+class LLVMRenderer(Renderer):
+    """Loop-nest IR -> LLVM IR text for the target ``triple`` and ``data_layout``.
+
+    With ``array_data_offset``, the module also has ``cinnlite_main_objects``: it takes one
+    numpy array object per buffer plus the error array, reads each data pointer at that byte
+    offset inside the object (numpy's ``PyArrayObject.data``) and runs main. It saves the
+    per-call cost of asking numpy for pointers from Python."""
+
+    stage = LLVMModule.stage
     entry = "cinnlite_main"
-    #: Takes the numpy array objects themselves (see ``render(objects_entry=...)``).
+    #: Takes the numpy array objects themselves (see ``array_data_offset``).
     objects_entry = "cinnlite_main_objects"
 
-    def render(self, program: LoweredProgram, triple: str = "", data_layout: str = "",
-               array_data_offset: int | None = None) -> str:
-        """The module's text. With ``array_data_offset``, also emit ``cinnlite_main_objects``:
-        it takes one numpy array object per buffer plus the error array, reads each data pointer
-        at that byte offset inside the object (numpy's ``PyArrayObject.data``) and runs main.
-        It saves the per-call cost of asking numpy for pointers from Python."""
+    def __init__(self, triple: str = "", data_layout: str = "", array_data_offset: int | None = None):
+        self.triple = triple
+        self.data_layout = data_layout
+        self.array_data_offset = array_data_offset
+
+    def render(self, program: LoweredProgram) -> LLVMModule:
+        return LLVMModule(program.name, self._module_text(program), self.array_data_offset)
+
+    def _module_text(self, program: LoweredProgram) -> str:
         module = ir.Module(name=comment_text(program.name))  # llvmlite writes it unescaped
-        module.triple = triple
-        module.data_layout = data_layout
+        module.triple = self.triple
+        module.data_layout = self.data_layout
         slots = {buf.name: i for i, buf in enumerate(program.buffer_table())}
         main = ir.Function(module, ir.FunctionType(I32, [PTR, PTR]), self.entry)
         b = ir.IRBuilder(main.append_basic_block("entry"))
@@ -397,8 +408,8 @@ class LLVMRenderer:
             with b.if_then(failed, likely=False):
                 b.ret(status)
         b.ret(ir.Constant(I32, 0))
-        if array_data_offset is not None:
-            self._objects_entry(module, main, len(slots), array_data_offset)
+        if self.array_data_offset is not None:
+            self._objects_entry(module, main, len(slots), self.array_data_offset)
         if any(b.dtype.is_float and b.dtype.bits == 16 for b in program.buffer_table()) or "half" in str(module):
             add_half_support(module)
         return str(module)

@@ -41,11 +41,13 @@ import numpy as np
 from ..dtypes import DType
 from .loopnest import (COMBINES, Binary, Buffer, Cast, Cmp, Const, FlagIndexError, For, If, Kernel, Let, Load,
                        LoweredProgram, Reduce, ReportIndexError, Select, Seq, Store, Var)
-from .passes import RANGE_BEGIN, RANGE_END, _c_div, kernel_stages, stage_extent
+from .passes import RANGE_BEGIN, RANGE_END, _c_div
+from .schedule_cpu import stage_extent
+from .transform import kernel_stages
 from .schedule_gpu import GRID
 
 ON_ERROR = ("stop", "record")
-LOOP_KINDS = ("serial", "parallel", "vectorize", "parallel_check", "deferred_check", "parallel_rows", GRID)
+LOOP_KINDS = ("serial", "parallel", "parallel_check", "deferred_check", "parallel_rows", GRID)
 
 
 class EvaluationError(Exception):

@@ -31,10 +31,10 @@ import itertools
 from dataclasses import dataclass, replace
 
 from ..dtypes import int64
-from .loopnest import (Binary, Const, Expr, For, If, Kernel, Let, Load, LoweredProgram, Reduce,
+from .loopnest import (Const, Expr, For, If, Kernel, Let, Load, LoweredProgram, Reduce,
                        ReportIndexError, Seq, Store, Var, let)
-from .passes import kernel_stages
-from .transform import expr_size, map_expr, stmt_exprs, substitute, walk_expr, walk_stmt
+from .transform import (expr_size, flat_position, kernel_stages, map_expr, stmt_exprs, substitute_expr, walk_expr,
+                        walk_stmt)
 
 #: An inlined value of more nodes than this is bound to a variable instead of being written into
 #: the consumer's expression, which bounds the size and depth of every expression.
@@ -105,13 +105,6 @@ def compute_definition(kernel: Kernel):
     return checks, nest
 
 
-def _flat(indices, shape):
-    pos = Const(0)
-    for i, d in zip(indices, shape):
-        pos = Binary("add", Binary("mul", pos, Const(d)), i)
-    return pos
-
-
 def _maps_onto(load: Load, extents) -> bool:
     """Whether a read of a producer with loop extents ``extents`` can be inlined: the same
     shape, or a flat producer (a reshape) read through any view of its buffer."""
@@ -157,9 +150,9 @@ def _renamed(d: Definition, suffix: str) -> Definition:
     names may already be bound."""
     mapping = {v: Var(v.name + suffix, v.dtype) for v in d.vars}
     mapping.update((v, Var(v.name + suffix, v.dtype)) for v, _ in d.bindings)
-    bindings = tuple((mapping[v], substitute(e, mapping)) for v, e in d.bindings)
+    bindings = tuple((mapping[v], substitute_expr(e, mapping)) for v, e in d.bindings)
     return replace(d, vars=tuple(mapping[v] for v in d.vars), bindings=bindings,
-                   value=substitute(d.value, mapping))
+                   value=substitute_expr(d.value, mapping))
 
 
 class _Inliner:
@@ -234,7 +227,7 @@ class _Inliner:
         if len(load.indices) == len(d.vars) and tuple(load.buffer.shape) == d.extents:
             pairs = list(zip(d.vars, load.indices))
         else:  # a flat producer (a reshape) read through another view of its buffer
-            pairs = [(d.vars[0], _flat(load.indices, load.buffer.shape))]
+            pairs = [(d.vars[0], flat_position(load.indices, load.buffer.shape))]
         if d.bindings:
             # Its bindings use its loop variables (names unique in the program): bind those.
             bindings.extend(pairs)
@@ -248,7 +241,7 @@ class _Inliner:
                     bindings.append((bound, index))
                     index = bound
                 mapping[var] = index
-            value = substitute(d.value, mapping)
+            value = substitute_expr(d.value, mapping)
         if repeated or expr_size(value, INLINE_MAX_NODES) > INLINE_MAX_NODES:
             bound = self.names.var(value.dtype)
             bindings.append((bound, value))
@@ -270,7 +263,7 @@ def _with_unique_loop_vars(nest, prefix: str):
     while isinstance(s, For):
         loops.append(s)
         s = s.body
-    body = Store(store.buffer, tuple(mapping[v] for v in vars_), substitute(store.value, mapping))
+    body = Store(store.buffer, tuple(mapping[v] for v in vars_), substitute_expr(store.value, mapping))
     for loop in reversed(loops):
         body = For(mapping[loop.var], loop.extent, body, loop.kind)
     return body

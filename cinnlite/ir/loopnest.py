@@ -173,8 +173,9 @@ class Stmt:
 
 @dataclass(frozen=True)
 class For(Stmt):
-    """``for var in [0, extent)``. ``kind`` is set by a schedule pass: serial, parallel,
-    vectorize, or a GPU binding (``gpu.grid``: one flat grid-stride loop over blocks x threads)."""
+    """``for var in [0, extent)``. ``kind`` is set by a schedule pass: serial; parallel,
+    parallel_rows, parallel_check or deferred_check (``schedule_cpu.py``); or a GPU binding
+    (``gpu.grid``: one flat grid-stride loop over blocks x threads)."""
 
     var: Var
     extent: Expr

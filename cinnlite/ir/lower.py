@@ -16,9 +16,10 @@ from __future__ import annotations
 
 from ..dtypes import bool_, float16, float32, float64, int64
 from .graph import Node, Program
-from .loopnest import (Binary, Buffer, Cast, Cmp, Const, For, If, IndexCheck, Kernel, Load,
+from .loopnest import (Binary, Buffer, Cast, Cmp, Const, If, IndexCheck, Kernel, Load,
                        LoweredProgram, Reduce, ReportIndexError, Select, Seq, Store, Var, const,
                        logical_and, maximum, minimum)
+from .transform import flat_position, loop_nest
 
 
 #: The type a scatter's ``reduce="mean"`` sums float data in (SEMANTICS.md); integers use int64.
@@ -40,21 +41,6 @@ class LoopVars:
         out = [Var(f"i{self.n + k}") for k in range(count)]
         self.n += count
         return out
-
-
-def loop_nest(vars_, shape, body):
-    """Wrap ``body`` in one For per (var, extent), outermost first."""
-    for v, extent in reversed(list(zip(vars_, shape))):
-        body = For(v, const(extent), body)
-    return body
-
-
-def flat_position(vars_, shape):
-    """Row-major flat offset of ``vars_`` in ``shape`` (int64)."""
-    pos = const(0)
-    for v, d in zip(vars_, shape):
-        pos = Binary("add", Binary("mul", pos, const(d)), v)
-    return pos
 
 
 class IndexValue:

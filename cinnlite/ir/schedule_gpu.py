@@ -19,8 +19,9 @@ three ways:
   renderer makes it an atomic update. Integer results do not depend on the order; float ones
   may, which is what ``deterministic=True`` is for.
 
-``GPU_PIPELINE`` and ``GPU_PIPELINE_DETERMINISTIC`` list the passes, as ``CPU_PIPELINE`` does for
-the CPU; run them with :func:`cinnlite.ir.passes.run_pipeline`.
+``GPU_PIPELINE`` and ``GPU_PIPELINE_DETERMINISTIC`` in ``cinnlite/backends/gpu.py`` list the
+passes, as ``CPU_PIPELINE`` in ``cinnlite/backends/cpu.py`` does for the CPU; the CPU's
+counterpart of this module is ``schedule_cpu.py``.
 """
 from __future__ import annotations
 
@@ -30,40 +31,13 @@ from ..dtypes import int32, int64
 from ..errors import CompileError
 from .loopnest import (Binary, Buffer, Cast, Cmp, Const, For, If, Kernel, Load, Reduce,
                        ReportIndexError, Seq, Store, Var, const)
-from .passes import remove_unit_loops, simplify, verify
-from .transform import map_stmt, stmt_exprs, walk_expr, walk_stmt
+from .passes import verify
+from .transform import (build_nest, flat_position, map_stmt, perfect_nest, sequence, stmt_exprs, substitute,
+                        top_level, walk_expr, walk_stmt)
 
 GRID = "gpu.grid"
 
 # -- helpers ------------------------------------------------------------------------------------
-
-
-def top_level(body) -> list:
-    """The kernel's top-level statements, nested sequences flattened."""
-    if isinstance(body, Seq):
-        return [s for st in body.stmts for s in top_level(st)]
-    return [body]
-
-
-def _seq(stmts):
-    stmts = list(stmts)
-    return stmts[0] if len(stmts) == 1 else Seq(tuple(stmts))
-
-
-def perfect_nest(stmt):
-    """Split ``stmt`` into its chain of directly nested loops and the innermost body."""
-    loops = []
-    while isinstance(stmt, For):
-        loops.append(stmt)
-        stmt = stmt.body
-    return loops, stmt
-
-
-def build_nest(loops, body):
-    """Wrap ``body`` in ``loops`` (outermost first), keeping each loop's var, extent and kind."""
-    for loop in reversed(loops):
-        body = For(loop.var, loop.extent, body, loop.kind)
-    return body
 
 
 def grid_chain(stmt):
@@ -79,14 +53,6 @@ def _const_extent(loop) -> int:
     if not isinstance(loop.extent, Const):
         raise CompileError(f"GPU schedule: loop {loop.var.name} has a non-constant extent")
     return int(loop.extent.value)
-
-
-def _row_major_position(loops):
-    """Flat row-major position of the loop variables in their loops' iteration space."""
-    pos = const(0)
-    for loop in loops:
-        pos = Binary("add", Binary("mul", pos, loop.extent), loop.var)
-    return pos
 
 
 def _update_nest(kernel, stmt, what):
@@ -135,7 +101,7 @@ def scatter_last_write_wins(kernel: Kernel) -> Kernel:
         changed = True
         loops, body = _update_nest(kernel, stmt, "a scatter update")
         wdtype = int32 if _extent(loops) <= 2**31 - 1 else int64
-        position = _row_major_position(loops)
+        position = flat_position([l.var for l in loops], [l.extent for l in loops])
         wpos = position if wdtype == int64 else Cast(int32, position)
         winners = {}
         for r in nones:
@@ -164,7 +130,7 @@ def scatter_last_write_wins(kernel: Kernel) -> Kernel:
         stmts.append(build_nest(loops, map_stmt(body, None, write)))
     if not changed:
         return kernel
-    return replace(kernel, body=_seq(stmts), temps=tuple(temps))
+    return replace(kernel, body=sequence(stmts), temps=tuple(temps))
 
 
 # -- order_update_nests ---------------------------------------------------------------------------
@@ -230,7 +196,7 @@ def _order_nests(kernel: Kernel, always_floats: bool) -> Kernel:
             changed = True
         else:
             stmts.append(stmt)
-    return replace(kernel, body=_seq(stmts)) if changed else kernel
+    return replace(kernel, body=sequence(stmts)) if changed else kernel
 
 
 def order_update_nests(kernel: Kernel) -> Kernel:
@@ -263,7 +229,7 @@ def schedule_gpu(kernel: Kernel) -> Kernel:
             launches.append(build_nest([replace(l, kind=GRID) for l in loops], body))
         else:
             launches.append(For(Var("g0"), const(1), stmt, GRID))
-    return replace(kernel, body=_seq(launches) if launches else Seq(()))
+    return replace(kernel, body=sequence(launches) if launches else Seq(()))
 
 
 # -- fuse_independent_launches --------------------------------------------------------------------
@@ -309,11 +275,11 @@ def fuse_independent_launches(kernel: Kernel) -> Kernel:
                 loops1, body1 = grid_chain(prev)
                 loops2, body2 = grid_chain(nxt)
                 rename = {l2.var: l1.var for l1, l2 in zip(loops1, loops2)}
-                body2 = map_stmt(body2, lambda e: rename.get(e, e) if isinstance(e, Var) else e)
+                body2 = substitute(body2, rename)
                 out[-1] = build_nest(loops1, Seq(tuple(top_level(body1)) + tuple(top_level(body2))))
                 continue
         out.append(nxt)
-    return replace(kernel, body=_seq(out))
+    return replace(kernel, body=sequence(out))
 
 
 # -- verify_gpu -----------------------------------------------------------------------------------
@@ -334,13 +300,3 @@ def verify_gpu(kernel: Kernel) -> Kernel:
             if isinstance(s, Reduce) and s.combine == "none":
                 raise CompileError(f"GPU verifier, kernel {kernel.name}: a scatter update without a winner")
     return kernel
-
-
-# -- pipelines ------------------------------------------------------------------------------------
-
-GPU_PIPELINE = (remove_unit_loops, simplify, verify, order_update_nests, scatter_last_write_wins, simplify,
-                schedule_gpu, fuse_independent_launches, verify_gpu)
-
-GPU_PIPELINE_DETERMINISTIC = (remove_unit_loops, simplify, verify, order_update_nests_deterministic,
-                              scatter_last_write_wins, simplify, schedule_gpu, fuse_independent_launches,
-                              verify_gpu)

@@ -1,4 +1,7 @@
-"""Generic rebuilding traversals of the loop-nest IR, used by the passes.
+"""The one home of loop-nest IR utilities: rebuilding traversals (``map_expr``, ``map_stmt``),
+walks (``walk_stmt``, ``walk_expr``, ``stmt_exprs``), and what the passes, renderers and the
+evaluator ask of a nest: its stages, its loops, the variables and buffers it uses, and
+substitution of variables.
 
 Expressions may share subexpressions (lowering reuses one index load in several places of a
 clamp, for example), so they are DAGs: ``map_expr`` rebuilds every shared node once. Fusion
@@ -7,8 +10,8 @@ here is bounded by the size of one operator's expressions, never by the size of 
 """
 from __future__ import annotations
 
-from .loopnest import (Binary, Cast, Cmp, Const, FlagIndexError, For, If, Let, Load, Reduce,
-                       ReportIndexError, Select, Seq, Store, Var)
+from .loopnest import (Binary, Cast, Cmp, Const, Expr, FlagIndexError, For, If, Let, Load, Reduce,
+                       ReportIndexError, Select, Seq, Store, Var, const)
 
 
 def map_expr(e, fn):
@@ -38,13 +41,6 @@ def map_expr(e, fn):
         return out
 
     return visit(e)
-
-
-def substitute(e, mapping: dict):
-    """``e`` with every Var that ``mapping`` holds replaced by its value."""
-    if not mapping:
-        return e
-    return map_expr(e, lambda x: mapping.get(x, x) if isinstance(x, Var) else x)
 
 
 def map_stmt(s, expr_fn=None, stmt_fn=None):
@@ -146,3 +142,108 @@ def stmt_exprs(s):
 def let_vars(s) -> list:
     """The variables the Let statements of ``s`` bind, outermost first."""
     return [v for st in walk_stmt(s) if isinstance(st, Let) for v, _ in st.bindings]
+
+
+# -- the shape of kernels and loop nests ------------------------------------------------------------
+
+
+def top_level(body) -> tuple:
+    """The statements of ``body`` that run one after another, nested sequences flattened."""
+    if isinstance(body, Seq):
+        return tuple(s for st in body.stmts for s in top_level(st))
+    return (body,)
+
+
+def kernel_stages(kernel) -> tuple:
+    """The top-level statements of a kernel, run one after another: each is one stage (on the
+    CPU an exported function, on the GPU a launch)."""
+    return top_level(kernel.body)
+
+
+def sequence(stmts):
+    """One statement as itself, several as a Seq."""
+    stmts = list(stmts)
+    return stmts[0] if len(stmts) == 1 else Seq(tuple(stmts))
+
+
+def perfect_nest(stmt):
+    """Split ``stmt`` into its chain of directly nested loops and the innermost body."""
+    loops = []
+    while isinstance(stmt, For):
+        loops.append(stmt)
+        stmt = stmt.body
+    return loops, stmt
+
+
+def build_nest(loops, body):
+    """Wrap ``body`` in ``loops`` (outermost first), keeping each loop's var, extent and kind."""
+    for loop in reversed(loops):
+        body = For(loop.var, loop.extent, body, loop.kind)
+    return body
+
+
+def loop_nest(vars_, shape, body):
+    """Wrap ``body`` in one serial For per (var, extent), outermost first."""
+    for v, extent in reversed(list(zip(vars_, shape))):
+        body = For(v, const(extent), body)
+    return body
+
+
+def flat_position(indices, shape):
+    """Row-major flat position (int64) of ``indices`` in ``shape``: its sizes, as integers or as
+    int64 expressions."""
+    pos = const(0)
+    for i, d in zip(indices, shape):
+        pos = Binary("add", Binary("mul", pos, d if isinstance(d, Expr) else const(d)), i)
+    return pos
+
+
+# -- variables ---------------------------------------------------------------------------------------
+
+
+def substitute(stmt, mapping: dict):
+    """``stmt`` with every variable that ``mapping`` holds replaced by its expression."""
+    return map_stmt(stmt, lambda e: mapping.get(e, e) if isinstance(e, Var) else e)
+
+
+def substitute_expr(e, mapping: dict):
+    """``e`` with every variable that ``mapping`` holds replaced by its expression."""
+    if not mapping:
+        return e
+    return map_expr(e, lambda x: mapping.get(x, x) if isinstance(x, Var) else x)
+
+
+def expr_vars(e) -> set:
+    """The variables expression ``e`` uses."""
+    return {x for x in walk_expr(e) if isinstance(x, Var)}
+
+
+def stmt_vars(s) -> set:
+    """The variables the expressions of ``s`` and of the statements inside it use."""
+    return {v for st in walk_stmt(s) for e in stmt_exprs(st) for v in expr_vars(e)}
+
+
+# -- buffers -----------------------------------------------------------------------------------------
+
+
+def loads_of(e, name: str) -> list:
+    """The loads of buffer ``name`` in expression ``e``."""
+    return [x for x in walk_expr(e) if isinstance(x, Load) and x.buffer.name == name]
+
+
+def buffers_of(stmt) -> list:
+    """The buffers ``stmt`` touches, by name, in first-use order (views share their name)."""
+    seen = {}
+    for st in walk_stmt(stmt):
+        if isinstance(st, (Store, Reduce)):
+            seen.setdefault(st.buffer.name, st.buffer)
+        for e in stmt_exprs(st):
+            for x in walk_expr(e):
+                if isinstance(x, Load):
+                    seen.setdefault(x.buffer.name, x.buffer)
+    return list(seen.values())
+
+
+def written_buffers(stmt) -> set:
+    """The names of the buffers ``stmt`` stores into or reduces into."""
+    return {st.buffer.name for st in walk_stmt(stmt) if isinstance(st, (Store, Reduce))}

@@ -1,16 +1,18 @@
 """The compile cache: in memory, and on disk across processes.
 
 A key covers everything that changes the generated code: the program (structure, shapes,
-dtypes, attributes and constant contents), the target, the host CPU name and features, the
-compile options, and the cinnlite, llvmlite and LLVM versions. A disk entry holds the lowered
-program, every stage's text and the machine code, so a hit in a new process skips lowering,
-LLVM optimisation and code generation.
+dtypes, attributes and constant contents), the target, the compile options, and what the target's
+backend names (for the CPU: the host CPU name and features, the cinnlite, llvmlite and LLVM
+versions; for every target, a digest of cinnlite's own source). A disk entry holds the lowered
+program, every stage's text and what the target built (the CPU's machine code; NVRTC's PTX and
+CUBIN for the CUDA targets, as far as they were built), so a hit in a new process skips
+lowering, the passes, rendering and building.
 
 The directory is ``$CINNLITE_CACHE_DIR`` if set (``off`` disables the disk cache), else
-``$XDG_CACHE_HOME/cinnlite`` or ``~/.cache/cinnlite``. It holds the CPU entries,
+``$XDG_CACHE_HOME/cinnlite`` or ``~/.cache/cinnlite``. It holds the entries of every target,
 ``<key[:2]>/<key>.entry``, and the libraries of the CUDA emulation, ``cuda-emu/emu_<key>.so``.
 
-Reading an entry runs no code. A CPU entry is data only: the header ``CNLENTRY``, the format
+Reading an entry runs no code. An entry is data only: the header ``CNLENTRY``, the format
 version and the length of the metadata (``<8sIQ``), the metadata as JSON (the stage texts and
 the lowered program, through the whitelist codec of :mod:`cinnlite.ir.codec`), then the raw
 bytes of the machine code and constant arrays. Every cached file, entries and libraries alike,
@@ -124,6 +126,22 @@ def compile_key(program, target: str, options: dict, environment: dict) -> str:
         h.update(f"option {k}={options[k]!r}\n".encode())
     for k in sorted(environment):
         h.update(f"env {k}={environment[k]!r}\n".encode())
+    return h.hexdigest()
+
+
+def compiler_source_digest() -> str:
+    """A digest of the compiler's own source, so that a changed compiler never reuses code
+    cached by another build with the same version number."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    h = hashlib.sha256()
+    for folder, dirs, files in sorted(os.walk(root)):
+        dirs.sort()
+        for name in sorted(files):
+            if name.endswith((".py", ".j2", ".h")):
+                path = os.path.join(folder, name)
+                h.update(os.path.relpath(path, root).encode())
+                with open(path, "rb") as f:
+                    h.update(f.read())
     return h.hexdigest()
 
 
@@ -338,7 +356,7 @@ def _remove(path: str):
         pass
 
 
-# -- CPU entries -------------------------------------------------------------------------------------
+# -- entries ---------------------------------------------------------------------------------------------
 
 ENTRY_MAGIC = b"CNLENTRY"
 _HEADER = struct.Struct("<8sIQ")  # magic, format version, length of the JSON metadata
@@ -362,8 +380,8 @@ def unpack_entry(data: bytes, key: str) -> tuple | None:
 
 
 class DiskCache:
-    """The CPU entries of one cache directory: a dict of stage texts, the lowered program and
-    the machine code per key (see the module docstring for the file format)."""
+    """The entries of one cache directory: a dict of stage texts, the lowered program and what
+    the target built, per key (see the module docstring for the file format)."""
 
     def __init__(self, directory: str):
         self.directory = CacheDirectory(directory)

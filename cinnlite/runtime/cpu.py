@@ -12,13 +12,15 @@ import functools
 import os
 import platform
 import threading
+from dataclasses import dataclass
 
 import numpy as np
 
+from ..codegen.error_record import FIRST_FAILURE
 from ..codegen.llvm import ERROR, FLAGGED, OK, LLVMRenderer, stage_plan
 from ..errors import CompileError
 from ..ir.loopnest import LoweredProgram
-from ..ir.printer import program_str
+from .cache import compiler_source_digest
 from .executable import Executable
 from .workers import MAX_THREADS, check_threads, shared_pool
 
@@ -171,91 +173,123 @@ def host_environment_uncached() -> dict:
             "array_data_offset": array_data_offset(), "compiler_source": compiler_source_digest()}
 
 
-def compiler_source_digest() -> str:
-    """A digest of the compiler's own source, so that a changed compiler never reuses code
-    cached by another build with the same version number."""
-    import hashlib
-
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    h = hashlib.sha256()
-    for folder, dirs, files in sorted(os.walk(root)):
-        dirs.sort()
-        for name in sorted(files):
-            if name.endswith((".py", ".j2", ".h")):
-                path = os.path.join(folder, name)
-                h.update(os.path.relpath(path, root).encode())
-                with open(path, "rb") as f:
-                    h.update(f.read())
-    return h.hexdigest()
-
-
 _llvm()  # the CPU is the default target: pay LLVM's start-up at import, not at first compile
 
 
+@functools.lru_cache(maxsize=None)
+def host_target() -> tuple:
+    """(triple, data layout) that LLVM's target machine for this CPU names, for the renderer."""
+    with _LOCK:
+        tm = host_target_machine()
+        return tm.triple, str(tm.target_data)
+
+
+@dataclass
+class CPUBuild:
+    """A module's LLVM IR as rendered and as optimised, and what machine code comes from: the
+    optimised module and its target machine (a compile), or the machine code (a cache entry)."""
+
+    llvm: str
+    llvm_opt: str
+    opt_level: int
+    array_data_offset: int | None   # where the objects entry reads a numpy array's data pointer
+    module: object = None           # the optimised llvmlite module; None from a cache entry
+    target_machine: object = None
+    object_code: bytes | None = None
+
+    @property
+    def from_cache(self) -> bool:
+        return self.module is None
+
+
+def build_module(text: str, opt_level: int, offset: int | None) -> CPUBuild:
+    """Parse, check and optimise the rendered LLVM IR ``text``."""
+    llvm = _llvm()
+    with _LOCK:
+        tm = host_target_machine(opt_level)
+        try:
+            module = llvm.parse_assembly(text)
+            module.verify()
+        except RuntimeError as exc:
+            raise CompileError(f"LLVM rejected the generated module: {exc}") from exc
+        optimise(module, tm, opt_level)
+        module.verify()
+        return CPUBuild(text, str(module), opt_level, offset, module, tm)
+
+
+def build_from_entry(entry: dict, opt_level: int) -> CPUBuild:
+    """The build a disk cache entry holds (see ``CPUExecutable.cache_entry``)."""
+    return CPUBuild(entry["llvm"], entry["llvm_opt"], opt_level, entry["array_data_offset"],
+                    object_code=entry["object"])
+
+
+@dataclass
+class _MachineCode:
+    """A build loaded by MCJIT: the engine owns the code for as long as it lives."""
+
+    target_machine: object
+    engine: object
+    module: object
+    object_code: bytes | None
+    entry: int           # the address of cinnlite_main
+    stages: list         # (StageInfo, callable) in execution order
+
+
+def _load(built: CPUBuild, lowered: LoweredProgram) -> _MachineCode:
+    """JIT the build: machine code is generated from the optimised module, or taken as it is
+    from a cache entry, which must then define every function."""
+    llvm = _llvm()
+    with _LOCK:
+        tm, module = built.target_machine, built.module
+        if built.from_cache:
+            tm = host_target_machine(built.opt_level)
+            module = llvm.parse_assembly(built.llvm_opt)
+        objects = {} if built.object_code is None else {"obj": built.object_code}
+        engine = llvm.create_mcjit_compiler(module, tm)
+
+        def notify(_module, buffer):
+            objects["obj"] = bytes(buffer)
+
+        def getbuffer(_module):
+            return objects.get("obj")
+
+        engine.set_object_cache(notify, getbuffer)
+        engine.finalize_object()
+        address = engine.get_function_address(LLVMRenderer.entry)
+        plan = [info for info, _ in stage_plan(lowered)]
+        stages = [(info, _STAGE(engine.get_function_address(info.symbol))) for info in plan]
+        if built.from_cache:  # never call address 0: a cached object must define every function
+            symbols = [LLVMRenderer.entry] + [info.symbol for info in plan]
+            symbols += [LLVMRenderer.objects_entry] if built.array_data_offset is not None else []
+            missing = [name for name in symbols if not engine.get_function_address(name)]
+            if missing:
+                raise CompileError(f"the cached machine code lacks {', '.join(missing)}")
+    return _MachineCode(tm, engine, module, objects.get("obj"), address, stages)
+
+
 class CPUExecutable(Executable):
-    """A program JIT-compiled for this CPU. Built from a lowered program, or from a disk cache
-    entry (``cached``: the lowered program, the stage texts and the machine code)."""
+    """A program JIT-compiled for this CPU, from a build: just compiled, or from a disk cache
+    entry (the lowered program, the stage texts and the machine code)."""
 
     target = "cpu"
 
-    def __init__(self, program, lowered: LoweredProgram, opt_level: int = 3, pass_dumps=(), threads=None,
-                 cached: dict | None = None):
+    def __init__(self, program, lowered: LoweredProgram, lowered_text: str, built: CPUBuild, pass_dumps=(),
+                 threads=None):
         self.threads = default_threads() if threads is None else check_threads(int(threads))
-        llvm = _llvm()
-        renderer = LLVMRenderer()
-        n_slots = len(lowered.buffer_table())
-        with _LOCK:
-            tm = host_target_machine(opt_level)
-            if cached is not None:
-                text, opt_text, offset = cached["llvm"], cached["llvm_opt"], cached["array_data_offset"]
-                module = llvm.parse_assembly(opt_text)
-                objects = {"obj": cached["object"]}
-            else:
-                offset = array_data_offset() if n_slots <= MAX_OBJECT_ARGS else None
-                text = renderer.render(lowered, tm.triple, str(tm.target_data), array_data_offset=offset)
-                try:
-                    module = llvm.parse_assembly(text)
-                    module.verify()
-                except RuntimeError as exc:
-                    raise CompileError(f"LLVM rejected the generated module: {exc}") from exc
-                optimise(module, tm, opt_level)
-                module.verify()
-                opt_text = str(module)
-                objects = {}
-            engine = llvm.create_mcjit_compiler(module, tm)
-
-            def notify(_module, buffer):
-                objects["obj"] = bytes(buffer)
-
-            def getbuffer(_module):
-                return objects.get("obj")
-
-            engine.set_object_cache(notify, getbuffer)
-            engine.finalize_object()
-            address = engine.get_function_address(renderer.entry)
-            plan = [info for info, _ in stage_plan(lowered)]
-            stages = [(info, _STAGE(engine.get_function_address(info.symbol))) for info in plan]
-            if cached is not None:  # never call address 0: a cached object must define every function
-                symbols = [renderer.entry] + [info.symbol for info in plan]
-                symbols += [renderer.objects_entry] if offset is not None else []
-                missing = [name for name in symbols if not engine.get_function_address(name)]
-                if missing:
-                    raise CompileError(f"the cached machine code lacks {', '.join(missing)}")
-        self._tm, self._engine, self._module = tm, engine, module
-        self._object_code = objects.get("obj")
-        self._offset = offset
-        self._entry = _ENTRY(address)
+        code = _load(built, lowered)
+        self._tm, self._engine, self._module = code.target_machine, code.engine, code.module
+        self._object_code = code.object_code
+        self._offset = offset = built.array_data_offset
+        self._entry = _ENTRY(code.entry)
         self._entry_objects = None
+        n_slots = len(lowered.buffer_table())
         if offset is not None:
             proto = ctypes.CFUNCTYPE(ctypes.c_int32, *([ctypes.py_object] * (n_slots + 1)))
-            self._entry_objects = proto(engine.get_function_address(renderer.objects_entry))
-        self._stages = stages
+            self._entry_objects = proto(code.engine.get_function_address(LLVMRenderer.objects_entry))
+        self._stages = code.stages
         self._parallel = self.threads > 1 and any(
-            info.kind != "serial" and info.work >= PARALLEL_MIN_WORK and info.extent > 1 for info in plan)
-        if cached is not None:
-            sources = {"graph": str(program), "lowered": cached["lowered_text"], "llvm": text, "llvm_opt": opt_text}
-        else:
-            sources = {"graph": str(program), "lowered": program_str(lowered), "llvm": text, "llvm_opt": opt_text}
+            info.kind != "serial" and info.work >= PARALLEL_MIN_WORK and info.extent > 1 for info, _ in code.stages)
+        sources = {"graph": str(program), "lowered": lowered_text, "llvm": built.llvm, "llvm_opt": built.llvm_opt}
         lazy = {"asm": CPUExecutable._asm}  # a function of the executable: a bound method would be a cycle
         for name, dump in pass_dumps:
             sources.setdefault(f"lowered:{name}", dump)
@@ -309,16 +343,15 @@ class CPUExecutable(Executable):
         # A per-thread error record: only read after a failed check has filled it.
         err = getattr(_ERR, "array", None)
         if err is None:
-            err = _ERR.array = np.zeros(3, np.int64)
+            err = _ERR.array = np.zeros(FIRST_FAILURE.size, np.int64)
         args.append(err)
         if self._entry_objects(*args) != 0:
-            buffers = dict(zip(self._slots, args))
-            self._raise_index_error(int(err[0]), int(err[1]), buffers, value=int(err[2]))
+            self._raise_first_failure(err, dict(zip(self._slots, args)))
         return args[self._out_slots[0]]
 
     def _run(self, arrays: dict) -> dict:
         buffers = self._allocate(arrays)
-        err = np.zeros(3, np.int64)
+        err = np.zeros(FIRST_FAILURE.size, np.int64)
         if self._entry_objects is not None and not self._parallel:
             status = self._entry_objects(*[buffers[n] for n in self._slots], err)
         else:
@@ -328,8 +361,13 @@ class CPUExecutable(Executable):
             else:
                 status = self._entry(ctypes.addressof(table), err.ctypes.data)
         if status != 0:
-            self._raise_index_error(int(err[0]), int(err[1]), buffers, value=int(err[2]))
+            self._raise_first_failure(err, buffers)
         return self._outputs(buffers)
+
+    def _raise_first_failure(self, err: np.ndarray, buffers: dict):
+        slot = FIRST_FAILURE.index
+        self._raise_index_error(int(err[slot("check")]), int(err[slot("position")]), buffers,
+                                value=int(err[slot("value")]))
 
     def _run_stages(self, table: int, err: int) -> int:
         """Run stage after stage; split the big parallel ones into one chunk per thread."""
@@ -355,11 +393,11 @@ class CPUExecutable(Executable):
         until then."""
         n = min(self.threads, info.extent)
         bounds = [info.extent * k // n for k in range(n + 1)]
-        errs = np.zeros((n, 3), np.int64)
-        base = errs.ctypes.data
-        statuses = shared_pool().run(lambda k: fn(table, bounds[k], bounds[k + 1], base + 24 * k), n, self.threads)
+        errs = np.zeros((n, FIRST_FAILURE.size), np.int64)
+        base, size = errs.ctypes.data, FIRST_FAILURE.nbytes
+        statuses = shared_pool().run(lambda k: fn(table, bounds[k], bounds[k + 1], base + size * k), n, self.threads)
         for k, st in enumerate(statuses):
             if st == ERROR:
-                ctypes.memmove(err, base + 24 * k, 24)
+                ctypes.memmove(err, base + size * k, size)
                 return ERROR
         return FLAGGED if FLAGGED in statuses else OK

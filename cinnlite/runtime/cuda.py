@@ -1,10 +1,9 @@
 """The CUDA runtime: NVRTC compiles the generated CUDA C for the GPU at hand, the driver API
 (``cuda.bindings.driver``) loads and launches it on device buffers.
 
-``compile_cuda`` runs the GPU pipeline, renders the CUDA C and returns a :class:`CUDAExecutable`
-(``target="cuda"``) or a :class:`~cinnlite.runtime.cuda_emu.CUDAEmuExecutable`
-(``target="cuda-emu"``). Both have the stages ``graph``, ``lowered``, ``cuda`` and ``ptx``; only
-running the first needs a GPU, and without one it raises :class:`TargetUnavailableError`.
+:class:`CUDAExecutable` is what ``cinnlite.compile`` gives for ``target="cuda"`` (see
+``cinnlite/backends/cuda.py``). It has the stages ``graph``, ``lowered``, ``cuda`` and ``ptx``;
+only running it needs a GPU, and without one it raises :class:`TargetUnavailableError`.
 
 A run uploads the inputs, launches every kernel of the plan in order on the default stream,
 reads back the error buffer of ``mode="raise"`` (per check: the smallest bad position and the
@@ -12,84 +11,17 @@ index value there) and the outputs. Device buffers are allocated on the first ru
 """
 from __future__ import annotations
 
-import os
 import threading
 import weakref
 
 import numpy as np
 
-from ..codegen.cuda import ERROR_SLOTS, CUDARenderer, CudaModule
 from ..errors import CinnliteError, TargetUnavailableError
-from ..ir.loopnest import LoweredProgram
-from ..ir.passes import run_pipeline
-from ..ir.printer import program_str
-from ..ir.schedule_gpu import GPU_PIPELINE, GPU_PIPELINE_DETERMINISTIC
 from . import nvrtc
-from .executable import Executable
+from .cuda_base import CUDABaseExecutable
 
-INT64_MAX = np.iinfo(np.int64).max
 NO_GPU_HINT = ("the CUDA C and PTX stages work without one (exe.source('cuda'), exe.source('ptx')), and "
                "target='cuda-emu' runs the same CUDA C on the CPU")
-
-
-def compile_cuda(program, lowered: LoweredProgram, target: str, deterministic: bool = False,
-                 dump_passes: bool = False):
-    """The GPU half of :func:`cinnlite.compile`: GPU pipeline, CUDA C, executable."""
-    pipeline = GPU_PIPELINE_DETERMINISTIC if deterministic else GPU_PIPELINE
-    result = run_pipeline(lowered, pipeline, dump=dump_passes)
-    lowered, dumps = result if dump_passes else (result, ())
-    module = CUDARenderer().render(lowered, deterministic=deterministic)
-    if target == "cuda":
-        return CUDAExecutable(program, lowered, module, deterministic, dumps)
-    from .cuda_emu import CUDAEmuExecutable
-
-    return CUDAEmuExecutable(program, lowered, module, deterministic, dumps)
-
-
-def nvrtc_check_archs() -> tuple:
-    """Architectures every compiled CUDA module is also built for with NVRTC (a check that the
-    kernels compile for real GPUs), from the environment variable ``CINNLITE_NVRTC_CHECK``
-    (e.g. ``sm_90,sm_80``); none by default."""
-    value = os.environ.get("CINNLITE_NVRTC_CHECK", "")
-    return tuple(a.strip() for a in value.split(",") if a.strip())
-
-
-class CUDABaseExecutable(Executable):
-    """What the GPU and the emulated GPU share: the module, its stages and the error buffer."""
-
-    def __init__(self, program, lowered: LoweredProgram, module: CudaModule, deterministic: bool,
-                 pass_dumps=()):
-        self.module = module
-        self.deterministic = deterministic
-        sources = {"graph": str(program), "lowered": program_str(lowered), "cuda": module.source}
-        for name, dump in pass_dumps:
-            sources.setdefault(f"lowered:{name}", dump)
-        super().__init__(program, lowered, sources, {"ptx": lambda exe: exe.ptx()})
-        for arch in nvrtc_check_archs():
-            nvrtc.compile_cuda(module.source, arch, fast=True)
-
-    def _ptx_arch(self) -> str:
-        return nvrtc.DEFAULT_ARCH
-
-    def ptx(self, arch: str | None = None) -> str:
-        """PTX of the module from NVRTC, for ``arch`` (default: the GPU's, else sm_90)."""
-        return nvrtc.compile_cuda(self.module.source, arch or self._ptx_arch()).ptx
-
-    def _new_error_buffer(self) -> np.ndarray:
-        """Per check: smallest bad position (none yet: INT64_MAX), its index value, a lock."""
-        errors = np.zeros((max(1, self.module.num_checks), ERROR_SLOTS), np.int64)
-        errors[:, 0] = INT64_MAX
-        return errors
-
-    def _first_failed_check(self, errors: np.ndarray):
-        """(check id, position, value or None) of the lowest-numbered check that failed, or None.
-        Checks run in program order, so that is the one the CPU, which stops at the first,
-        reports."""
-        for check_id in range(self.module.num_checks):
-            if errors[check_id, 0] != INT64_MAX:
-                value = int(errors[check_id, 1]) if check_id in self.module.reported_values else None
-                return check_id, int(errors[check_id, 0]), value
-        return None
 
 
 # -- the driver ---------------------------------------------------------------------------------
@@ -189,19 +121,19 @@ class _Device:
         _check(self.driver, self.driver.cuCtxSynchronize(), "cuCtxSynchronize (a kernel failed)")
 
 
-def _module_image(source: str, arch: str) -> np.ndarray:
+def _module_image(nvrtc_output, arch: str) -> np.ndarray:
     """What cuModuleLoadData loads: a CUBIN for ``arch``, or, for a GPU newer than this NVRTC
-    knows, PTX for the newest architecture it knows (the driver compiles it). Bytes in an
-    array, so the pointer handed to the driver stays valid."""
+    knows, PTX for the newest architecture it knows (the driver compiles it), from
+    ``nvrtc_output(arch)``. Bytes in an array, so the pointer handed to the driver stays valid."""
     supported = nvrtc.supported_archs()
     number = int(arch[3:])
     if not supported or number in supported:
-        return np.frombuffer(nvrtc.compile_cuda(source, arch).cubin, np.uint8)
+        return np.frombuffer(nvrtc_output(arch).cubin, np.uint8)
     if number < min(supported):
         raise TargetUnavailableError(f"the GPU ({arch}) is older than the oldest architecture this NVRTC builds "
                                      f"for (sm_{min(supported)}); install an older nvidia-cuda-nvrtc")
     newest = max(a for a in supported if a <= number)
-    ptx = nvrtc.compile_cuda(source, f"compute_{newest}").ptx
+    ptx = nvrtc_output(f"compute_{newest}").ptx
     return np.frombuffer(ptx.encode() + b"\0", np.uint8)
 
 
@@ -222,8 +154,8 @@ class CUDAExecutable(CUDABaseExecutable):
 
     target = "cuda"
 
-    def __init__(self, program, lowered, module, deterministic, pass_dumps=()):
-        super().__init__(program, lowered, module, deterministic, pass_dumps)
+    def __init__(self, program, lowered, lowered_text, module, deterministic, pass_dumps=(), nvrtc_images=None):
+        super().__init__(program, lowered, lowered_text, module, deterministic, pass_dumps, nvrtc_images)
         self._lock = threading.Lock()
         self._device = None
         self._functions = None
@@ -251,7 +183,7 @@ class CUDAExecutable(CUDABaseExecutable):
         if not nvrtc.available():
             raise TargetUnavailableError("target 'cuda' needs NVRTC to build its kernels for the GPU "
                                          "(pip install 'cinnlite[cuda]')")
-        image = _module_image(self.module.source, dev.arch)
+        image = _module_image(self.nvrtc_output, dev.arch)
         try:
             cu_module = _check(driver, driver.cuModuleLoadData(image.ctypes.data), "cuModuleLoadData")
         except CinnliteError as exc:
@@ -379,4 +311,4 @@ def gpu_available() -> bool:
     return nvrtc.available()
 
 
-__all__ = ["compile_cuda", "CUDAExecutable", "CUDABaseExecutable", "gpu_available", "device_copy_seconds"]
+__all__ = ["CUDAExecutable", "gpu_available", "device_copy_seconds"]

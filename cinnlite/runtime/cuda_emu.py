@@ -34,10 +34,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..codegen.cuda import render_emu_launcher
 from ..errors import CompileError, TargetUnavailableError
 from . import cache as caches
-from .cuda import CUDABaseExecutable
+from .cuda_base import CUDABaseExecutable
 
 PRELUDE = Path(__file__).with_name("cuda_emu_prelude.h")
 # -fwrapv: signed overflow wraps, as on the GPU; no FMA contraction, as NVRTC with -fmad=false.
@@ -188,18 +187,25 @@ class CUDAEmuExecutable(CUDABaseExecutable):
 
     target = "cuda-emu"
 
-    def __init__(self, program, lowered, module, deterministic, pass_dumps=()):
-        build = LibraryBuild(translation_unit(module.source, render_emu_launcher(module)))
+    def __init__(self, program, lowered, lowered_text, module, deterministic, launcher: str, library: LibraryBuild,
+                 pass_dumps=(), nvrtc_images=None):
+        """``library`` is the build of ``translation_unit(module.source, launcher)``, under way
+        or found in the cache."""
+        self._launcher = launcher
         try:
-            super().__init__(program, lowered, module, deterministic, pass_dumps)  # NVRTC checks meanwhile
+            super().__init__(program, lowered, lowered_text, module, deterministic, pass_dumps,
+                             nvrtc_images)  # NVRTC checks meanwhile
         finally:
-            self._library_path = build.wait()
+            self._library_path = library.wait()
         self._lib = ctypes.CDLL(str(self._library_path))
         self._entry = _ENTRY(("cinnlite_emu_run", self._lib))
         self._slots = [b.name for b in self._table]
         self._table_type = ctypes.c_void_p * max(1, len(self._slots))
         self.max_blocks = None  # see the module docstring
         self._lock = _library_lock(self._library_path)
+
+    def cache_entry(self) -> dict | None:
+        return {**super().cache_entry(), "emu_launcher": self._launcher}
 
     def _allocate(self, arrays: dict) -> dict:
         buffers = dict(arrays)

@@ -75,6 +75,7 @@ class Executable:
     the stage texts; this class owns the checks every call makes."""
 
     target = "?"
+    _store_entry = None  # writes this executable's cache entry, once compile() gives it one
 
     def __init__(self, program, lowered: LoweredProgram, sources: dict, lazy_sources: dict | None = None):
         """``lazy_sources`` maps a stage to a function of the executable that makes its text on
@@ -109,6 +110,26 @@ class Executable:
             self._sources[stage] = self._lazy[stage](self)
             return self._sources[stage]
         raise ValueError(f"unknown stage {stage!r} for target {self.target}; stages: {', '.join(self.stages)}")
+
+    # -- the disk cache ----------------------------------------------------------------------------
+
+    def cache_entry(self) -> dict | None:
+        """What a disk cache entry holds to rebuild this executable without compiling; None
+        when there is nothing to store."""
+        return None
+
+    def store_cache_entries_with(self, store, now: bool = True):
+        """Write the cache entry with ``store(entry)``: now (``now``), and again whenever the
+        executable builds more of itself later (NVRTC's output, for the CUDA targets)."""
+        self._store_entry = store
+        if now:
+            self._update_cache_entry()
+
+    def _update_cache_entry(self):
+        store = self._store_entry
+        entry = self.cache_entry() if store is not None else None
+        if entry is not None:
+            store(entry)
 
     # -- calling ---------------------------------------------------------------------------------
 

@@ -1,0 +1,55 @@
+"""The ``"cpu"`` target: LLVM IR from the loop nests, optimised and JIT-compiled for this CPU by
+llvmlite, run through ctypes on the process's worker pool (``cinnlite/runtime/cpu.py``).
+
+Build: the rendered module parsed, checked and optimised. Load: MCJIT makes machine code of it,
+or takes the machine code of a disk cache entry as it is.
+"""
+from __future__ import annotations
+
+from ..codegen.llvm import LLVMRenderer
+from ..ir.passes import remove_unit_loops, simplify, verify
+from ..ir.schedule_cpu import defer_index_checks, schedule_cpu
+from ..runtime.cpu import (MAX_OBJECT_ARGS, CPUExecutable, array_data_offset, build_from_entry, build_module,
+                           host_environment, host_target)
+from .base import Backend, Compilation, CompileOptions
+
+
+#: The CPU's passes, in order (see ``cinnlite/ir/schedule_cpu.py``).
+CPU_PIPELINE = (remove_unit_loops, simplify, verify, schedule_cpu, defer_index_checks, verify)
+
+
+class CPUBackend(Backend):
+    name = "cpu"
+    stages = ("graph", "lowered", "llvm", "llvm_opt", "asm")
+    keep_index_buffers = False  # the CPU's kernels report the bad index value themselves
+    executable = CPUExecutable
+
+    def pipeline(self, options: CompileOptions) -> tuple:
+        return CPU_PIPELINE
+
+    def renderer(self, job: Compilation) -> LLVMRenderer:
+        """For this CPU; with an entry that takes numpy arrays, where ctypes can pass them all."""
+        table = job.lowered.buffer_table()
+        offset = array_data_offset() if len(table) <= MAX_OBJECT_ARGS else None
+        triple, data_layout = host_target()
+        return LLVMRenderer(triple, data_layout, array_data_offset=offset)
+
+    def build(self, job: Compilation):
+        rendered = job.rendered
+        return build_module(rendered.source, job.options.opt_level, rendered.array_data_offset)
+
+    def build_from_entry(self, entry: dict, options: CompileOptions):
+        return build_from_entry(entry, options.opt_level)
+
+    def load(self, job: Compilation) -> CPUExecutable:
+        return CPUExecutable(job.program, job.lowered, job.lowered_text, built=job.built, pass_dumps=job.pass_dumps,
+                             threads=job.options.threads)
+
+    def cache_options(self, options: CompileOptions) -> dict:
+        return {"opt_level": options.opt_level, "fuse": options.fuse, "pipeline": self.pipeline_names(options)}
+
+    def environment(self) -> dict:
+        return host_environment()
+
+
+BACKEND = CPUBackend()

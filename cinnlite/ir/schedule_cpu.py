@@ -1,0 +1,258 @@
+"""The CPU schedule: which stages of a kernel run split across threads, and how, and where a
+``mode="raise"`` check can ride along a loop that reads the index anyway.
+
+Every top-level statement of a kernel is a stage (``kernel_stages``), which the LLVM renderer
+exports as a function over a slice ``[range_begin, range_end)`` of its parallel dimension.
+:func:`schedule_cpu` sets each stage's kind (``parallel``, ``parallel_rows``,
+``parallel_check``, or none), :func:`defer_index_checks` folds check nests into later stages
+(``deferred_check``), and :func:`stage_extent` and :func:`stage_work` tell the runtime how big
+a stage's parallel dimension and its work are. Vectorising the inner loops is left to LLVM,
+which sees each stage's buffers as ``noalias`` arguments. The GPU's counterpart is
+``schedule_gpu.py``; ``cinnlite/backends/cpu.py`` puts these passes in its pipeline.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from .loopnest import (Cmp, Const, FlagIndexError, For, If, Kernel, Let, Load, Reduce, ReportIndexError, Seq, Store,
+                       Var, let, logical_and)
+from .passes import RANGE_BEGIN, RANGE_END, simplify_expr
+from .transform import expr_vars, kernel_stages, loads_of, map_expr, stmt_exprs, walk_expr, walk_stmt
+
+# -- schedule_cpu -------------------------------------------------------------------------------
+
+
+def _writes_only_plain_stores(s) -> bool:
+    kinds = {type(x) for x in walk_stmt(s)}
+    return Reduce not in kinds and ReportIndexError not in kinds
+
+
+def _guard_rows(nest: For, row):
+    """Wrap the body of the innermost loop that ``row`` depends on in
+    ``if range_begin <= row < range_end``, so the guard runs once per update slice."""
+    deps = expr_vars(row)
+    guard = logical_and(Cmp("ge", row, RANGE_BEGIN), Cmp("lt", row, RANGE_END))
+
+    def visit(s, bound):
+        if isinstance(s, For):
+            inner = bound | {s.var}
+            if deps <= inner:
+                return replace(s, body=If(guard, s.body))
+            return replace(s, body=visit(s.body, inner))
+        if isinstance(s, Let):
+            # The row is a bound value: guard right after the binding that completes it, so that
+            # the values the row does not need are computed only for the rows of this chunk.
+            inner = set(bound)
+            for k, (var, _) in enumerate(s.bindings):
+                inner.add(var)
+                if deps <= inner:
+                    return let(s.bindings[:k + 1], If(guard, let(s.bindings[k + 1:], s.body)))
+        raise AssertionError("row depends on variables outside the update nest")
+
+    return visit(nest, frozenset())
+
+
+def _schedule_stage(s):
+    """Returns the stage with loops annotated. Compute nests: the outermost loop is
+    ``parallel`` (chunks of it may run on different threads). Scatter update nests: when every
+    update of one output row happens in the same iteration of the outermost loop, that loop is
+    ``parallel``; otherwise the nest becomes ``parallel_rows``: each chunk walks all updates in
+    order and applies those whose output row lies in its range, which keeps the serial order
+    of updates to every element (deterministic, and last-wins for reduce="none")."""
+    if not isinstance(s, For):
+        return s
+    if _writes_only_plain_stores(s):
+        return replace(s, kind="parallel")
+    kinds = {type(x) for x in walk_stmt(s)}
+    if ReportIndexError in kinds:
+        if Reduce in kinds or Store in kinds:
+            return s
+        # A check nest: chunks of its outer loop run on different threads, each reporting the
+        # first bad position of its own chunk; the runtime keeps the first chunk that failed,
+        # which is the first bad position overall (chunks follow row-major order).
+        return replace(s, kind="parallel_check")
+    reduces = [x for x in walk_stmt(s) if isinstance(x, Reduce)]
+    if any(not r.indices for r in reduces):
+        return s
+    rows = {r.indices[0] for r in reduces}
+    shapes = {r.buffer.shape[0] for r in reduces}
+    if len(rows) != 1 or len(shapes) != 1:
+        return s
+    (row,) = rows
+    if row == s.var:
+        return replace(s, kind="parallel")
+    if not expr_vars(row):
+        return s  # every update hits one row: nothing to split
+    return replace(_guard_rows(s, row), kind="parallel_rows")
+
+
+def schedule_cpu(kernel: Kernel) -> Kernel:
+    """Annotate every stage of the kernel for the CPU (see ``_schedule_stage``)."""
+    stages = tuple(_schedule_stage(s) for s in kernel_stages(kernel))
+    return replace(kernel, body=Seq(stages))
+
+
+def stage_extent(stage) -> int:
+    """The size of a stage's parallel dimension: its loop extent, or the output rows."""
+    if isinstance(stage, For) and stage.kind in ("parallel", "parallel_check", "deferred_check"):
+        return stage.extent.value
+    if isinstance(stage, For) and stage.kind == "parallel_rows":
+        return next(x for x in walk_stmt(stage) if isinstance(x, Reduce)).buffer.shape[0]
+    return 1
+
+
+def stage_work(stage) -> int:
+    """How many innermost iterations a stage runs: decides whether threads pay off."""
+    def work(s):
+        if isinstance(s, For):
+            return (s.extent.value if isinstance(s.extent, Const) else 1) * work(s.body)
+        if isinstance(s, Seq):
+            return sum(work(x) for x in s.stmts)
+        if isinstance(s, If):
+            return work(s.then) + (work(s.orelse) if s.orelse is not None else 0)
+        if isinstance(s, Let):
+            return work(s.body)
+        return 1
+    return work(stage)
+
+
+# -- defer_index_checks -------------------------------------------------------------------------
+
+
+def _check_nest(stage):
+    """``(index load, condition, check id)`` of a check nest ``for ..: if cond: report``."""
+    s = stage
+    while isinstance(s, For):
+        s = s.body
+    if not (isinstance(s, If) and s.orelse is None and isinstance(s.then, ReportIndexError)):
+        return None
+    loads = {x for x in walk_expr(s.cond) if isinstance(x, Load)}
+    if len(loads) != 1:
+        return None
+    (load,) = loads
+    if not all(isinstance(i, Var) or (isinstance(i, Const) and i.value == 0) for i in load.indices):
+        return None
+    return load, s.cond, s.then.check_id
+
+
+def _covers(stage, index: Load) -> bool:
+    """Whether running ``stage`` whole evaluates a load of every element of the index buffer
+    (unconditionally: statements under an ``if`` do not count; ``select`` operands do, since the
+    CPU evaluates both)."""
+    name, shape = index.buffer.name, index.buffer.shape
+    groups: dict = {}
+
+    def visit(s, extents):
+        if isinstance(s, For):
+            if not isinstance(s.extent, Const) or s.extent.value <= 0:
+                return False
+            return visit(s.body, {**extents, s.var: s.extent.value})
+        if isinstance(s, Seq):
+            return any([visit(x, extents) for x in s.stmts])
+        for e in stmt_exprs(s):
+            for load in loads_of(e, name):
+                record(load, extents)
+        return False
+
+    def record(load, extents):
+        partial, seen_vars = None, set()
+        for a, (i, d) in enumerate(zip(load.indices, shape)):
+            if isinstance(i, Var) and extents.get(i) == d and i not in seen_vars:
+                seen_vars.add(i)
+            elif isinstance(i, Const) and d == 1 and i.value == 0:
+                pass
+            elif isinstance(i, Const) and partial is None:
+                partial = a
+            else:
+                return
+        key = (partial, tuple(None if a == partial else i for a, i in enumerate(load.indices)))
+        groups.setdefault(key, set()).add(None if partial is None else load.indices[partial].value)
+
+    visit(stage, {})
+    return any(p is None or values == set(range(shape[p])) for (p, _), values in groups.items())
+
+
+def _flag_loads(stage, index: Load, cond, check_id):
+    """Before every statement that loads the index buffer unconditionally, flag an
+    out-of-range value (``_covers`` has proven those loads reach every element, so loads
+    under an ``if`` need no flag of their own)."""
+    check_vars = index.indices
+
+    def flags_for(s):
+        out = []
+        # A load at a position bound by the statement's own Let has no flag in front of it
+        # (``_covers`` never counts such loads either).
+        local = {v for v, _ in s.bindings} if isinstance(s, Let) else set()
+        for e in stmt_exprs(s):
+            for load in loads_of(e, index.buffer.name):
+                if local and local & expr_vars(load):
+                    continue
+                mapping = {v: i for v, i in zip(check_vars, load.indices) if isinstance(v, Var)}
+                bad = map_expr(cond, lambda x: mapping.get(x, x) if isinstance(x, Var) else simplify_expr(x))
+                flag = If(bad, FlagIndexError(check_id))
+                if flag not in out:
+                    out.append(flag)
+        return out
+
+    def is_flag(s):
+        return isinstance(s, If) and isinstance(s.then, FlagIndexError)
+
+    def visit(s, seen):
+        """``seen``: the conditions flags in front of ``s`` already test. Every flag raises the
+        same stage-wide status, so one flag per condition is enough, and flags (which load the
+        index too) need no flags of their own: folding several checks of one index buffer into
+        one stage adds one flag, not twice as many for every check."""
+        if isinstance(s, For):
+            return replace(s, body=visit(s.body, set()))
+        if isinstance(s, Seq):
+            out = []
+            for x in s.stmts:
+                if is_flag(x):
+                    seen.add(x.cond)
+                    out.append(x)
+                else:
+                    out.append(visit(x, seen))
+            return Seq(tuple(out))
+        if is_flag(s):
+            return s
+        flags = [f for f in flags_for(s) if f.cond not in seen]
+        seen.update(f.cond for f in flags)
+        return Seq(tuple(flags) + (s,)) if flags else s
+
+    return visit(stage, set())
+
+
+def _can_report(stage) -> bool:
+    """Whether running ``stage`` may report an index error."""
+    return any(isinstance(x, ReportIndexError) for x in walk_stmt(stage))
+
+
+def defer_index_checks(kernel: Kernel) -> Kernel:
+    """Fold ``mode="raise"`` checks into the loop that reads the index anyway.
+
+    A check nest reads the whole index tensor once more. Where a later stage of the kernel
+    loads every index element unconditionally, that stage sets a flag when it meets a bad value
+    (a vectorisable or-reduction, no early exit) and the check nest moves behind it as a
+    ``deferred_check`` that runs only if the flag was set, to find and report the first bad
+    position exactly as before. Reporting order between checks is kept: a check is deferred
+    only when no other check stands between it and the stage that takes it over."""
+    stages = list(kernel_stages(kernel))
+    k = len(stages) - 1
+    while k >= 0:
+        stage = stages[k]
+        parts = _check_nest(stage) if isinstance(stage, For) and stage.kind == "parallel_check" else None
+        if parts is not None:
+            index, cond, check_id = parts
+            for j in range(k + 1, len(stages)):
+                later = stages[j]
+                # A stage that can report an error itself (a check nest, whatever its shape, or
+                # a deferred check) would then report before this check: the order is lost.
+                if not isinstance(later, For) or _can_report(later):
+                    break
+                if _covers(later, index):
+                    stages[j] = _flag_loads(later, index, cond, check_id)
+                    stages.insert(j + 1, replace(stage, kind="deferred_check"))
+                    del stages[k]
+                    break
+        k -= 1
+    return replace(kernel, body=Seq(tuple(stages)))
