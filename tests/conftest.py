@@ -1,6 +1,7 @@
 import pytest
 
 from backends import BACKENDS
+from cinnlite.runtime import cache as caches
 
 
 @pytest.fixture(params=BACKENDS)
@@ -20,3 +21,12 @@ def pytest_addoption(parser):
                          "(default: CINNLITE_FUZZ_SECONDS, else off)")
     group.addoption("--fuzz-seed", type=int, default=None,
                     help="seed of the randomized differential test (default: CINNLITE_FUZZ_SEED, else fixed)")
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+    """A disk compile cache of this test's own, and an empty memory cache before and after."""
+    monkeypatch.setenv("CINNLITE_CACHE_DIR", str(tmp_path / "cache"))
+    caches.MEMORY.clear()
+    yield tmp_path / "cache"
+    caches.MEMORY.clear()

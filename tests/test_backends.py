@@ -41,14 +41,6 @@ def expected():
     return out
 
 
-@pytest.fixture
-def cache_dir(tmp_path, monkeypatch):
-    monkeypatch.setenv("CINNLITE_CACHE_DIR", str(tmp_path / "cache"))
-    caches.MEMORY.clear()
-    yield tmp_path / "cache"
-    caches.MEMORY.clear()
-
-
 def test_every_target_has_a_backend_that_names_it():
     assert BACKENDS == cl.compiler.TARGETS == ("cpu", "cuda", "cuda-emu")
     for name in BACKENDS:

@@ -30,14 +30,6 @@ def program(width=4):
     return b.build([b.take(x, i, axis=0, mode="wrap")])
 
 
-@pytest.fixture
-def cache_dir(tmp_path, monkeypatch):
-    monkeypatch.setenv("CINNLITE_CACHE_DIR", str(tmp_path / "cache"))
-    caches.MEMORY.clear()
-    yield tmp_path / "cache"
-    caches.MEMORY.clear()
-
-
 def entries(directory):
     """The CPU entries in a cache directory (every file but the emulation's libraries)."""
     if not directory.exists():
