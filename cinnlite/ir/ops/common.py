@@ -151,3 +151,12 @@ def check_src(op, x, src):
     """A scatter's updates have the data dtype."""
     if src.dtype != x.dtype:
         raise DTypeError(op, "src dtype == x dtype", f"src has dtype {src.dtype}, x has {x.dtype}", input=src.name)
+
+
+def check_scatter_operands(op, x, idx, src, mode, reduce):
+    """The rules every scatter shares, in the order its errors are reported: the index dtype,
+    the updates' dtype, the mode and the reduction."""
+    check_index_dtype(op, idx, idx.name)
+    check_src(op, x, src)
+    check_mode(op, mode)
+    check_reduce(op, reduce, x.dtype)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from ...errors import ValidationError
 from ..loopnest import Kernel, Load
 from ..lower import IndexValue, LoweringContext, buffer_of, scatter_kernel
-from .common import check_index_dtype, check_mode, check_nonempty_axis, check_reduce, check_src, normalize_axis
+from .common import check_nonempty_axis, check_scatter_operands, normalize_axis
 from .definition import OpDef
 
 
@@ -28,10 +28,7 @@ def infer_scatter(inputs, axis, reduce, mode):
     """Output x's shape and dtype."""
     x, idx, src = inputs
     op = "scatter"
-    check_index_dtype(op, idx, idx.name)
-    check_src(op, x, src)
-    check_mode(op, mode)
-    check_reduce(op, reduce, x.dtype)
+    check_scatter_operands(op, x, idx, src, mode, reduce)
     r = x.ndim
     axis = normalize_axis(op, axis, r)
     if idx.ndim != r:

@@ -11,8 +11,7 @@ from dataclasses import dataclass
 from ...errors import ValidationError
 from ..loopnest import Kernel, Load
 from ..lower import IndexValue, LoweringContext, buffer_of, scatter_kernel, tuple_load
-from .common import (check_index_dtype, check_layout, check_mode, check_nonempty_axis, check_reduce, check_src,
-                     index_tuple_shape, normalize_dims)
+from .common import check_layout, check_nonempty_axis, check_scatter_operands, index_tuple_shape, normalize_dims
 from .definition import OpDef
 
 
@@ -30,10 +29,7 @@ def infer_scatter_nd(inputs, dims, reduce, index_layout, mode):
     """The rules both forms share, then those of the form ``dims`` selects; x's shape and dtype."""
     x, idx, src = inputs
     op = "scatter_nd"
-    check_index_dtype(op, idx, idx.name)
-    check_src(op, x, src)
-    check_mode(op, mode)
-    check_reduce(op, reduce, x.dtype)
+    check_scatter_operands(op, x, idx, src, mode, reduce)
     check_layout(op, index_layout)
     if idx.ndim < 1:
         raise ValidationError(op, "rank(index) >= 1", "index must have at least one axis (the index tuples)",
