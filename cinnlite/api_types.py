@@ -17,7 +17,7 @@ from .dtypes import DTypeLike
 from .runtime.executable import Executable
 
 #: A static shape: a sequence of non-negative integers (``reshape`` also takes one -1).
-ShapeLike = Sequence[SupportsIndex]
+ShapeLike = Sequence[Union[SupportsIndex, str]]  # a str is a symbolic size
 
 #: A Python or numpy scalar, for fill values and constants.
 Scalar = Union[bool, int, float, np.bool_, np.number]

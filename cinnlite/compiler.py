@@ -25,6 +25,7 @@ from .ir.fusion import inline_computes
 from .ir.graph import Program
 from .ir.lower import lower_program
 from .ir.passes import run_pipeline
+from .ir.rebuild import generalise
 from .ir.printer import program_str
 from .runtime import cache as caches
 from .runtime.workers import check_threads
@@ -99,12 +100,12 @@ def build(job: Compilation):
 
 def load(job: Compilation):
     """The executable, remembered in the memory and disk caches when the compile uses them."""
-    exe = job.backend.load(job)
+    exe = _loaded(job)
     if job.key is not None:
         caches.MEMORY.put((job.key, job.options.threads), exe)
         disk = caches.disk_cache()
         if disk is not None:
-            exe.store_cache_entries_with(functools.partial(disk.store, job.key))
+            exe.store_cache_entries_with(_storer(disk, job.key, exe))
     job.executable = exe
 
 
@@ -112,35 +113,108 @@ STAGES = (("validate", validate), ("lower", lower), ("fuse", fuse), ("passes", p
           ("build", build), ("load", load))
 
 
+def _loaded(job: Compilation):
+    """The backend's executable of the job; a shape-generic one can compile, with the same
+    target and options, the static program of sizes its generic code does not serve."""
+    exe = job.backend.load(job)
+    if exe.symbolic:
+        o = job.options
+        exe._shapes.compile_static = functools.partial(compile, target=job.target, opt_level=o.opt_level,
+                                                       deterministic=o.deterministic, threads=o.threads,
+                                                       fuse=o.fuse, cache=o.cache)
+    return exe
+
+
 # -- the compile cache ----------------------------------------------------------------------------
 
 
 def _from_caches(job: Compilation):
-    """Set ``job.key``; then ``job.executable`` from the memory cache, or from a disk entry."""
+    """Set ``job.key``; then ``job.executable`` from the memory cache, or from a disk entry, or
+    the shape-generic executable of the program's structure (``_generic``)."""
     backend = job.backend
     job.key = caches.compile_key(job.program, backend.name, backend.cache_options(job.options),
                                  backend.environment())
-    job.executable = caches.MEMORY.get((job.key, job.options.threads))
-    disk = caches.disk_cache() if job.executable is None else None
+    job.executable = _cached(job, job.key)
+    if job.executable is None and job.program.is_static:
+        job.executable = _generic(job)
+
+
+def _cached(job: Compilation, key: str):
+    """The executable of ``key`` from the memory cache, or from its disk entry (then remembered
+    in memory too), or None."""
+    exe = caches.MEMORY.get((key, job.options.threads))
+    disk = caches.disk_cache() if exe is None else None
     if disk is not None:
-        exe = _from_disk(disk, job)
+        exe = _from_disk(disk, job, key)
         if exe is not None:
-            caches.MEMORY.put((job.key, job.options.threads), exe)
-            exe.store_cache_entries_with(functools.partial(disk.store, job.key), now=False)
-            job.executable = exe
+            caches.MEMORY.put((key, job.options.threads), exe)
+            exe.store_cache_entries_with(_storer(disk, key, exe), now=False)
+    return exe
 
 
-def _from_disk(disk: caches.DiskCache, job: Compilation):
+def _storer(disk: caches.DiskCache, key: str, exe):
+    """What writes ``exe``'s disk entries under ``key``; a shape-generic executable's entry
+    holds its program too, which the static program that finds it under the key is not."""
+    if not exe.symbolic:
+        return functools.partial(disk.store, key)
+    program = exe.program
+    return lambda entry: disk.store(key, {**entry, "program": program})
+
+
+#: The last static program compiled of each structure key (``_generic``), a bounded number of them.
+_SEEN_SIZES: dict = {}
+_SEEN_MAX = 1024
+
+
+def _generic(job: Compilation):
+    """The shape-generic executable that serves the job's static program, or None.
+
+    Compiling a program of a structure already compiled at other sizes (a new edge count each
+    mini-batch) compiles, once, a version whose differing sizes are symbols (``rebuild.generalise``),
+    keyed by the structure in the memory and disk caches; every later size of the structure, in
+    this process or the next, gets that executable, which takes any sizes, and compiles nothing."""
+    backend, program = job.backend, job.program
+    skey = caches.compile_key(program, backend.name, backend.cache_options(job.options), backend.environment(),
+                              structure=True)
+    exe = _cached(job, skey)
+    if exe is not None:
+        # Sizes the generic code does not serve (an empty dimension) compile statically.
+        return exe if exe._shapes.serves(program) else None
+    previous = _SEEN_SIZES.pop(skey, None)
+    _SEEN_SIZES[skey] = program
+    while len(_SEEN_SIZES) > _SEEN_MAX:
+        _SEEN_SIZES.pop(next(iter(_SEEN_SIZES)))
+    if previous is None or previous == program:
+        return None
+    generic = generalise(previous, program)
+    if generic is None:
+        return None  # (a structure whose sizes do not generalise compiles each size statically)
+    o = job.options
+    exe = compile(generic, job.target, o.opt_level, o.deterministic, o.threads, o.fuse, cache=True)
+    caches.MEMORY.put((skey, o.threads), exe)
+    disk = caches.disk_cache()
+    if disk is not None:
+        exe.store_cache_entries_with(_storer(disk, skey, exe))
+    return exe
+
+
+def _from_disk(disk: caches.DiskCache, job: Compilation, key: str):
     """The executable of a disk entry, or None. The entry's seal has been checked, so it is what
     some cinnlite wrote under this key; one that still does not rebuild (a foreign writer, a
-    layout this version does not expect) is a miss, compiled again and replaced."""
-    entry = disk.load(job.key)
+    layout this version does not expect) is a miss, compiled again and replaced. A shape-generic
+    entry brings its own program."""
+    entry = disk.load(key)
     if entry is None:
         return None
+    program = job.program
     try:
+        if "program" in entry:
+            job.program = entry["program"]
         job.lowered, job.lowered_text = entry["lowered"], entry["lowered_text"]
         job.built = job.backend.build_from_entry(entry, job.options)
-        return job.backend.load(job)
+        return _loaded(job)
     except Exception:  # noqa: BLE001 - any failure to rebuild means: compile afresh
         job.lowered = job.built = None
         return None
+    finally:
+        job.program = program

@@ -63,8 +63,8 @@ class StageInfo:
     kind: str      # "serial", "parallel" (split the outer loop), "parallel_check" (the same, for a
                    # mode="raise" check nest), "deferred_check" (the same, run only after an earlier
                    # stage returned FLAGGED) or "parallel_rows" (split by output row)
-    extent: int    # size of the dimension [begin, end) ranges over
-    work: int      # innermost iterations of the whole stage
+    extent: object  # size of the dimension [begin, end) ranges over (int, or a symbolic size's expression)
+    work: object    # innermost iterations of the whole stage (int, or an expression)
 
 
 def stage_plan(program: LoweredProgram) -> list:
@@ -138,7 +138,9 @@ class _KernelEmitter:
         offset = None
         for idx, stride in zip(indices, buf.strides):
             term = self.expr(idx)
-            if stride != 1:
+            if not isinstance(stride, int):  # a symbolic size's expression
+                term = self.b.mul(term, self.expr(stride), flags=["nsw"])
+            elif stride != 1:
                 term = self.b.mul(term, ir.Constant(I64, stride), flags=["nsw"])
             offset = term if offset is None else self.b.add(offset, term, flags=["nsw"])
         if offset is None:
@@ -392,7 +394,9 @@ class LLVMRenderer(Renderer):
         b.store(ir.Constant(I32, 0), flagged)
         for info, stage in stage_plan(program):
             fn = _KernelEmitter(module, stage, slots, info.symbol).emit()
-            args = [main.args[0], ir.Constant(I64, 0), ir.Constant(I64, info.extent), main.args[1]]
+            # A symbolic extent: the stage's own loop bound ends it (see ``loop``).
+            end = info.extent if isinstance(info.extent, int) else 2**63 - 1
+            args = [main.args[0], ir.Constant(I64, 0), ir.Constant(I64, end), main.args[1]]
             if info.kind == "deferred_check":
                 # Only after a stage flagged a possibly bad index: find and report it.
                 was_flagged = b.icmp_signed("!=", b.load(flagged, typ=I32), ir.Constant(I32, 0))

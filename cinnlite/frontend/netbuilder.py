@@ -15,6 +15,7 @@ from ..dtypes import as_dtype
 from ..errors import ValidationError
 from ..ir import ops
 from ..ir.graph import Node, Program, Tensor
+from ..ir.symbolic import is_symbolic, recording_assumptions, symbols_of
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-:/]*")
 
@@ -28,6 +29,7 @@ class NetBuilder:
         self._nodes: list[Node] = []
         self._tensors: dict[str, Tensor] = {}
         self._counters: dict[str, int] = {}
+        self._assumptions: dict[str, list] = {}  # by node output: what its rules assumed of symbolic sizes
 
     # -- helpers -----------------------------------------------------------------------------
 
@@ -63,8 +65,10 @@ class NetBuilder:
         output, then claim the output's name."""
         definition = ops.OPERATORS[op]
         inputs = tuple(self._own(op, t, role) for t, role in zip(operands, definition.operands, strict=True))
-        attrs, shape, dtype = definition.infer(inputs, **arguments)
+        with recording_assumptions() as assumed:
+            attrs, shape, dtype = definition.infer(inputs, **arguments)
         out = Tensor(self._claim(op, name), tuple(shape), dtype)
+        self._assumptions[out.name] = assumed
         self._nodes.append(Node(op, inputs, definition.node_attrs(attrs), out))
         self._tensors[out.name] = out
         return out
@@ -72,10 +76,16 @@ class NetBuilder:
     # -- inputs and constants ------------------------------------------------------------------
 
     def create_input(self, dtype: DTypeLike, shape: ShapeLike, name: str) -> Tensor:
-        """A graph input with a static shape, bound by name at run time."""
+        """A graph input, bound by name at run time. A dimension is a number, or a symbol name
+        (``("E", 64)``): a size known only when the program runs, the same size wherever the
+        name appears."""
         checked_dtype = as_dtype(dtype, "create_input")
-        static_shape = ops.check_shape("create_input", shape)
-        t = Tensor(self._claim("create_input", name), static_shape, checked_dtype)
+        checked_shape = ops.check_shape("create_input", shape)
+        for d in checked_shape:
+            if is_symbolic(d) and not d.is_symbol:
+                raise ValidationError("create_input", "input dimensions are numbers or symbol names",
+                                      f"dimension {d} of input {name!r} is an expression; give it a name of its own")
+        t = Tensor(self._claim("create_input", name), checked_shape, checked_dtype)
         self._inputs.append(t)
         self._tensors[t.name] = t
         return t
@@ -188,4 +198,14 @@ class NetBuilder:
                 nodes.append(node)
                 needed.update(t.name for t in node.inputs)
         nodes.reverse()
-        return Program(self.name, tuple(self._inputs), tuple(nodes), tuple(outs))
+        bound = {s for t in self._inputs for s in symbols_of(t.shape)}
+        for node in nodes:
+            unbound = symbols_of(node.output.shape) - bound
+            if unbound:
+                raise ValidationError(node.op, "symbols are sizes of inputs",
+                                      f"symbolic size {sorted(unbound)[0]} of '{node.output.name}' is no input's "
+                                      f"dimension, so no call can give it a value")
+        assumptions = []
+        for node in nodes:
+            assumptions += [f for f in self._assumptions.get(node.output.name, ()) if f not in assumptions]
+        return Program(self.name, tuple(self._inputs), tuple(nodes), tuple(outs), tuple(assumptions))

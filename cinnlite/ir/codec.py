@@ -21,12 +21,15 @@ import numpy as np
 
 from ..dtypes import DATA_DTYPES, DType
 from ..errors import CinnliteError
+from . import graph as G
 from . import loopnest as L
 from .constant import ConstArray
+from .symbolic import Dim
 
 NODE_CLASSES = {cls.__name__: cls for cls in (
     L.Buffer, L.Const, L.Var, L.Binary, L.Cmp, L.Select, L.Cast, L.Load, L.For, L.Store, L.Reduce, L.If,
-    L.Seq, L.Let, L.ReportIndexError, L.FlagIndexError, L.IndexCheck, L.Kernel, L.LoweredProgram)}
+    L.Seq, L.Let, L.ReportIndexError, L.FlagIndexError, L.IndexCheck, L.Kernel, L.LoweredProgram,
+    Dim, G.Tensor, G.Node, G.Program)}
 _FIELDS = {name: tuple(f.name for f in dataclasses.fields(cls)) for name, cls in NODE_CLASSES.items()}
 _FIELD_SETS = {name: frozenset(fields) for name, fields in _FIELDS.items()}
 _DTYPES = {d.name: d for d in DATA_DTYPES}

@@ -77,10 +77,9 @@ def _compute_nest(stage):
     """``(vars, extents, bindings, store)`` of ``for v..: [let ..:] out[v..] = value``, else None."""
     vars_, extents, s = [], [], stage
     while isinstance(s, For):
-        if not isinstance(s.extent, Const):
-            return None
         vars_.append(s.var)
-        extents.append(s.extent.value)
+        # A size as buffer shapes hold it: an int, or the expression of a symbolic size.
+        extents.append(s.extent.value if isinstance(s.extent, Const) else s.extent)
         s = s.body
     bindings = ()
     if isinstance(s, Let):

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..dtypes import DType
+from .symbolic import fact_text, prod, symbols_of
 
 
 _PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-:/]*")
@@ -25,7 +26,8 @@ def display_name(name: str) -> str:
 
 @dataclass(frozen=True)
 class Tensor:
-    """A value in the graph: a name, a static shape and a dtype."""
+    """A value in the graph: a name, a shape (ints, or symbolic :class:`~cinnlite.ir.symbolic.Dim`
+    sizes) and a dtype."""
 
     name: str
     shape: tuple[int, ...]
@@ -36,11 +38,13 @@ class Tensor:
         return len(self.shape)
 
     @property
-    def size(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
+    def size(self):
+        """The element count: an int, or a Dim where the shape is symbolic."""
+        return prod(self.shape)
+
+    @property
+    def is_static(self) -> bool:
+        return not symbols_of(self.shape)
 
     def __repr__(self) -> str:
         return f"{display_name(self.name)}: {self.dtype}{list(self.shape)}"
@@ -76,12 +80,31 @@ def _fmt_attr(value) -> str:
 
 @dataclass(frozen=True)
 class Program:
-    """A built graph: its inputs, nodes in topological order and outputs."""
+    """A built graph: its inputs, nodes in topological order and outputs.
+
+    ``assumptions`` are the rules on symbolic sizes the graph could not decide when it was
+    built, as ``(relation, a, b)`` facts (see :mod:`cinnlite.ir.symbolic`); every call checks them."""
 
     name: str
     inputs: tuple[Tensor, ...]
     nodes: tuple[Node, ...]
     outputs: tuple[Tensor, ...]
+    assumptions: tuple = ()
+
+    @property
+    def symbols(self) -> tuple:
+        """The names of the symbolic sizes, in the order the inputs first use them."""
+        out: list = []
+        for t in self.inputs:
+            for d in t.shape:
+                for s in sorted(symbols_of((d,))):
+                    if s not in out:
+                        out.append(s)
+        return tuple(out)
+
+    @property
+    def is_static(self) -> bool:
+        return not self.symbols
 
     @property
     def tensors(self) -> dict[str, Tensor]:
@@ -104,6 +127,8 @@ class Program:
             operands = [display_name(t.name) for t in node.inputs]
             operands += [f"{k}={_fmt_attr(v)}" for k, v in node.attrs]
             lines.append(f"  {node.output!r} = {node.op}({', '.join(operands)})")
+        for fact in self.assumptions:
+            lines.append(f"  assume {fact_text(fact)}")
         lines.append("}")
         return "\n".join(lines)
 

@@ -30,19 +30,25 @@ class Buffer:
     shape: tuple
 
     @property
-    def size(self) -> int:
+    def size(self):
+        """The element count: an int, or an int64 expression where a dimension is symbolic."""
         n = 1
         for d in self.shape:
-            n *= d
+            n = dim_mul(n, d)
         return n
 
     @property
     def strides(self) -> tuple:
+        """Row-major strides in elements, each an int or an int64 expression."""
         out, acc = [], 1
         for d in reversed(self.shape):
             out.append(acc)
-            acc *= d
+            acc = dim_mul(acc, d)
         return tuple(reversed(out))
+
+    @property
+    def is_static(self) -> bool:
+        return all(isinstance(d, int) for d in self.shape)
 
 
 # -- expressions --------------------------------------------------------------------------------
@@ -131,6 +137,15 @@ class Load(Expr):
     @property
     def dtype(self) -> DType:
         return self.buffer.dtype
+
+
+def dim_mul(a, b):
+    """The product of two sizes (ints or int64 expressions), an int when both are."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a * b
+    if a == 1 or b == 1:
+        return b if a == 1 else a
+    return Binary("mul", as_expr(a), as_expr(b))
 
 
 def as_expr(value, dtype: DType = int64) -> Expr:
@@ -276,12 +291,14 @@ class IndexCheck:
     sizes: tuple       # the axis size each index addresses; one entry, or one per tuple component
     tuple_axis: int | None = None  # which index axis runs over tuple components (gather_nd)
 
-    def error(self, position: int, value: int) -> IndexOutOfRangeError:
+    def error(self, position: int, value: int, size_of=int) -> IndexOutOfRangeError:
         """The error of this check failing at flat ``position`` of the index tensor with the
-        index ``value``: one place, so every runtime and the reference evaluator say the same."""
-        pos = tuple(int(p) for p in np.unravel_index(position, self.shape)) if self.shape else ()
+        index ``value``: one place, so every runtime and the reference evaluator say the same.
+        ``size_of`` gives the number a size stands for (the call's value of a symbolic size)."""
+        shape = tuple(size_of(d) for d in self.shape)
+        pos = tuple(int(p) for p in np.unravel_index(position, shape)) if shape else ()
         size = self.sizes[0] if self.tuple_axis is None else self.sizes[pos[self.tuple_axis]]
-        return IndexOutOfRangeError(f"{self.op} '{self.node}'", self.input, pos, value, size)
+        return IndexOutOfRangeError(f"{self.op} '{self.node}'", self.input, pos, value, size_of(size))
 
 
 @dataclass(frozen=True)
@@ -308,11 +325,12 @@ class LoweredProgram:
     constants: tuple       # (Buffer, ConstArray) pairs
     intermediates: tuple   # Buffers produced and consumed inside the program
     checks: tuple = field(default=())
+    symbols: tuple = ()    # the int64 scalar Buffers of the symbolic sizes (``symbolic.symbol_buffer``)
 
     def buffer_table(self) -> tuple:
         """Every buffer the entry point sees, in slot order (names are unique)."""
         seen, table = set(), []
-        groups = (self.inputs, [b for b, _ in self.constants], self.outputs, self.intermediates,
+        groups = (self.inputs, self.symbols, [b for b, _ in self.constants], self.outputs, self.intermediates,
                   [t for k in self.kernels for t in k.temps])
         for group in groups:
             for b in group:

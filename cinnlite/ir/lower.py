@@ -15,10 +15,12 @@ out-of-range position; the compute itself clamps, so no index can ever leave a b
 from __future__ import annotations
 
 from ..dtypes import bool_, float16, float32, float64, int64
+from ..errors import CompileError
 from .graph import Node, Program
 from .loopnest import (Binary, Buffer, Cast, Cmp, Const, If, IndexCheck, Kernel, Load,
-                       LoweredProgram, Reduce, ReportIndexError, Select, Seq, Store, Var, const,
+                       LoweredProgram, Reduce, ReportIndexError, Select, Seq, Store, Var, as_expr, const,
                        logical_and, maximum, minimum)
+from .symbolic import dim_expr, symbol_buffer
 from .transform import flat_position, loop_nest
 
 
@@ -27,8 +29,13 @@ MEAN_SUM_DTYPES = {float16.name: float32, float32.name: float64, float64.name: f
 
 
 def buffer_of(tensor) -> Buffer:
-    """The loop-nest buffer of a graph tensor."""
-    return Buffer(tensor.name, tensor.dtype, tuple(tensor.shape))
+    """The loop-nest buffer of a graph tensor; symbolic sizes become the int64 expressions that
+    read their symbols (``symbolic.dim_expr``)."""
+    return Buffer(tensor.name, tensor.dtype, tuple(dim_expr(d) for d in tensor.shape))
+
+
+def _static(size) -> bool:
+    return isinstance(size, int)
 
 
 class LoopVars:
@@ -47,36 +54,44 @@ class IndexValue:
     """An index value resolved under a mode: ``index`` is always in ``[0, size)``;
     ``valid`` is False where ``mode="fill"`` must fill (or drop) instead."""
 
-    def __init__(self, raw, size: int, mode: str):
+    def __init__(self, raw, size, mode: str):
         v = raw if raw.dtype == int64 else Cast(int64, raw)
-        s = const(size)
+        s = as_expr(size)
         self.valid = None
-        if size == 0:
+        if _static(size) and size == 0:
             # No position exists; only an empty index or "fill"/"raise" can get here.
             self.index, self.valid = const(0), Const(False, bool_)
             return
         wrapped_neg = Select(Cmp("lt", v, const(0)), Binary("add", v, s), v)
-        if mode == "raise" and size & (size - 1) == 0:
+        if mode == "raise" and _static(size) and size & (size - 1) == 0:
             # The check proves the range, so any in-bounds guard will do: on a power-of-two
             # axis the wrap below is a mask, cheaper than a clamp, and equal on valid values.
             mode = "wrap"
         if mode in ("raise", "clip"):
             # raise: the check nest has proven the range; clamping keeps memory safe regardless.
-            self.index = minimum(maximum(wrapped_neg, const(0)), const(size - 1))
+            self.index = minimum(maximum(wrapped_neg, const(0)), _minus_one(size))
         elif mode == "wrap":
             r = Binary("mod", v, s)
             self.index = Select(Cmp("lt", r, const(0)), Binary("add", r, s), r)
         elif mode == "fill":
-            self.valid = logical_and(Cmp("ge", v, const(-size)), Cmp("lt", v, s))
+            self.valid = logical_and(Cmp("ge", v, _negated(size)), Cmp("lt", v, s))
             self.index = Select(self.valid, wrapped_neg, const(0))
         else:  # pragma: no cover - modes are validated when the node is built
             raise AssertionError(mode)
 
 
-def out_of_range(raw, size: int):
+def _negated(size):
+    return const(-size) if _static(size) else Binary("sub", const(0), size)
+
+
+def _minus_one(size):
+    return const(size - 1) if _static(size) else Binary("sub", size, const(1))
+
+
+def out_of_range(raw, size):
     """True where an index value addresses nothing on an axis of ``size``: outside ``[-size, size-1]``."""
     v = raw if raw.dtype == int64 else Cast(int64, raw)
-    return Binary("or", Cmp("lt", v, const(-size)), Cmp("ge", v, const(size)))
+    return Binary("or", Cmp("lt", v, _negated(size)), Cmp("ge", v, as_expr(size)))
 
 
 class LoweringContext:
@@ -99,9 +114,9 @@ class LoweringContext:
         else:
             # The addressed axis depends on the tuple component: select its size.
             comp = vs[tuple_axis]
-            s = const(sizes[-1])
+            s = as_expr(sizes[-1])
             for k in range(len(sizes) - 2, -1, -1):
-                s = Select(Cmp("eq", comp, const(k)), const(sizes[k]), s)
+                s = Select(Cmp("eq", comp, const(k)), as_expr(sizes[k]), s)
             v = raw if raw.dtype == int64 else Cast(int64, raw)
             bad = Binary("or", Cmp("lt", v, Binary("sub", const(0), s)), Cmp("ge", v, s))
         value = raw if raw.dtype == int64 else Cast(int64, raw)
@@ -112,7 +127,7 @@ class LoweringContext:
         """``compute`` behind the check nest of ``index_buf`` in mode raise, and the ids of the
         checks it holds. ``sizes`` are the sizes of the axes the index addresses (one per tuple
         component, ``tuple_axis`` the index axis the tuples run along)."""
-        if mode != "raise" or index_buf.size == 0:
+        if mode != "raise" or (_static(index_buf.size) and index_buf.size == 0):
             return compute, ()
         cid, nest = self.check_nest(node, index_buf, sizes, tuple_axis)
         return Seq((nest, compute)), (cid,)
@@ -245,5 +260,11 @@ def lower_program(program: Program) -> LoweredProgram:
     const_names = {b.name for b, _ in constants}
     intermediates = tuple(k.output for k in kernels
                           if k.output.name not in out_names and k.output.name not in const_names)
+    symbols = tuple(symbol_buffer(s) for s in program.symbols)
+    taken = set(program.tensors)
+    clash = [b.name for b in symbols if b.name in taken]
+    if clash:
+        raise CompileError(f"program '{program.name}': tensor name {clash[0]!r} is the reserved name of a "
+                           f"symbolic size; rename the tensor")
     return LoweredProgram(program.name, tuple(kernels), inputs, outputs, tuple(constants),
-                          intermediates, tuple(ctx.checks))
+                          intermediates, tuple(ctx.checks), symbols)

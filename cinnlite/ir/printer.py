@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from .graph import display_name
+from .symbolic import SYMBOL_BUFFER_PREFIX
 from .loopnest import (Binary, Cast, Cmp, Const, FlagIndexError, For, If, Kernel, Let, Load, LoweredProgram,
                        Reduce, ReportIndexError, Select, Seq, Store, Var)
 
@@ -26,6 +27,8 @@ def expr_str(e) -> str:
         return f"select({expr_str(e.cond)}, {expr_str(e.a)}, {expr_str(e.b)})"
     if isinstance(e, Cast):
         return f"{e.to}({expr_str(e.a)})"
+    if isinstance(e, Load) and not e.indices and e.buffer.name.startswith(SYMBOL_BUFFER_PREFIX):
+        return e.buffer.name  # a symbolic size: #E
     if isinstance(e, Load):
         return f"{display_name(e.buffer.name)}[{', '.join(expr_str(i) for i in e.indices)}]"
     raise TypeError(f"not an expression: {e!r}")
@@ -64,10 +67,14 @@ def stmt_lines(s, indent: int = 1) -> list:
     raise TypeError(f"not a statement: {s!r}")
 
 
+def _shape(shape) -> str:
+    return "[" + ", ".join(str(d) if isinstance(d, int) else expr_str(d) for d in shape) + "]"
+
+
 def kernel_str(k: Kernel) -> str:
-    params = ", ".join(f"{display_name(b.name)}: {b.dtype}{list(b.shape)}" for b in k.params)
+    params = ", ".join(f"{display_name(b.name)}: {b.dtype}{_shape(b.shape)}" for b in k.params)
     head = f"kernel {display_name(k.name)}({params})  # {k.op}"
-    temps = [f"  alloc {display_name(t.name)}: {t.dtype}{list(t.shape)}" for t in k.temps]
+    temps = [f"  alloc {display_name(t.name)}: {t.dtype}{_shape(t.shape)}" for t in k.temps]
     return "\n".join([head + " {"] + temps + stmt_lines(k.body) + ["}"])
 
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .loopnest import (Cmp, Const, FlagIndexError, For, If, Kernel, Let, Load, Reduce, ReportIndexError, Seq, Store,
-                       Var, let, logical_and)
+from .loopnest import (Binary, Cmp, Const, FlagIndexError, For, If, Kernel, Let, Load, Reduce, ReportIndexError,
+                       Seq, Store, Var, as_expr, dim_mul, let, logical_and)
 from .passes import RANGE_BEGIN, RANGE_END, simplify_expr
 from .transform import expr_vars, kernel_stages, loads_of, map_expr, stmt_exprs, walk_expr, walk_stmt
 
@@ -92,28 +92,45 @@ def schedule_cpu(kernel: Kernel) -> Kernel:
     return replace(kernel, body=Seq(stages))
 
 
-def stage_extent(stage) -> int:
-    """The size of a stage's parallel dimension: its loop extent, or the output rows."""
+def stage_extent(stage):
+    """The size of a stage's parallel dimension: its loop extent, or the output rows. An int, or
+    the int64 expression of a symbolic size, which the runtime evaluates per call."""
     if isinstance(stage, For) and stage.kind in ("parallel", "parallel_check", "deferred_check"):
-        return stage.extent.value
+        return _size(stage.extent)
     if isinstance(stage, For) and stage.kind == "parallel_rows":
         return next(x for x in walk_stmt(stage) if isinstance(x, Reduce)).buffer.shape[0]
     return 1
 
 
-def stage_work(stage) -> int:
-    """How many innermost iterations a stage runs: decides whether threads pay off."""
+def _size(extent):
+    return extent.value if isinstance(extent, Const) else extent
+
+
+def stage_work(stage):
+    """How many innermost iterations a stage runs: decides whether threads pay off. An int, or
+    an int64 expression of the symbolic sizes (loop extents inside a symbolic loop that depend
+    on its variable count as 1)."""
     def work(s):
         if isinstance(s, For):
-            return (s.extent.value if isinstance(s.extent, Const) else 1) * work(s.body)
+            extent = _size(s.extent)
+            return dim_mul(extent if isinstance(extent, int) or not expr_vars(extent) else 1, work(s.body))
         if isinstance(s, Seq):
-            return sum(work(x) for x in s.stmts)
+            return dim_sum([work(x) for x in s.stmts])
         if isinstance(s, If):
-            return work(s.then) + (work(s.orelse) if s.orelse is not None else 0)
+            return dim_sum([work(s.then), work(s.orelse) if s.orelse is not None else 0])
         if isinstance(s, Let):
             return work(s.body)
         return 1
     return work(stage)
+
+
+def dim_sum(sizes):
+    """The sum of sizes (ints or int64 expressions), an int when every one is."""
+    out = 0
+    for d in sizes:
+        out = out + d if isinstance(out, int) and isinstance(d, int) else (
+            d if out == 0 else out if d == 0 else Binary("add", as_expr(out), as_expr(d)))
+    return out
 
 
 # -- defer_index_checks -------------------------------------------------------------------------
@@ -144,9 +161,10 @@ def _covers(stage, index: Load) -> bool:
 
     def visit(s, extents):
         if isinstance(s, For):
-            if not isinstance(s.extent, Const) or s.extent.value <= 0:
+            # A symbolic extent is at least 1 wherever shape-generic code runs (symbolic.py).
+            if isinstance(s.extent, Const) and s.extent.value <= 0 or expr_vars(s.extent):
                 return False
-            return visit(s.body, {**extents, s.var: s.extent.value})
+            return visit(s.body, {**extents, s.var: _size(s.extent)})
         if isinstance(s, Seq):
             return any([visit(x, extents) for x in s.stmts])
         for e in stmt_exprs(s):
@@ -169,7 +187,8 @@ def _covers(stage, index: Load) -> bool:
         groups.setdefault(key, set()).add(None if partial is None else load.indices[partial].value)
 
     visit(stage, {})
-    return any(p is None or values == set(range(shape[p])) for (p, _), values in groups.items())
+    return any(p is None or isinstance(shape[p], int) and values == set(range(shape[p]))
+               for (p, _), values in groups.items())
 
 
 def _flag_loads(stage, index: Load, cond, check_id):

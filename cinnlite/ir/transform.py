@@ -11,7 +11,7 @@ here is bounded by the size of one operator's expressions, never by the size of 
 from __future__ import annotations
 
 from .loopnest import (Binary, Cast, Cmp, Const, Expr, FlagIndexError, For, If, Let, Load, Reduce,
-                       ReportIndexError, Select, Seq, Store, Var, const)
+                       ReportIndexError, Select, Seq, Store, Var, as_expr, const)
 
 
 def map_expr(e, fn):
@@ -185,7 +185,7 @@ def build_nest(loops, body):
 def loop_nest(vars_, shape, body):
     """Wrap ``body`` in one serial For per (var, extent), outermost first."""
     for v, extent in reversed(list(zip(vars_, shape))):
-        body = For(v, const(extent), body)
+        body = For(v, as_expr(extent), body)
     return body
 
 
@@ -232,15 +232,26 @@ def loads_of(e, name: str) -> list:
 
 
 def buffers_of(stmt) -> list:
-    """The buffers ``stmt`` touches, by name, in first-use order (views share their name)."""
+    """The buffers ``stmt`` touches, by name, in first-use order (views share their name),
+    including the symbolic sizes the shapes of those buffers read (their addresses need them)."""
     seen = {}
+
+    def add(buf):
+        if buf.name not in seen:
+            seen[buf.name] = buf
+            for d in buf.shape:
+                if isinstance(d, Expr):
+                    for x in walk_expr(d):
+                        if isinstance(x, Load):
+                            add(x.buffer)
+
     for st in walk_stmt(stmt):
         if isinstance(st, (Store, Reduce)):
-            seen.setdefault(st.buffer.name, st.buffer)
+            add(st.buffer)
         for e in stmt_exprs(st):
             for x in walk_expr(e):
                 if isinstance(x, Load):
-                    seen.setdefault(x.buffer.name, x.buffer)
+                    add(x.buffer)
     return list(seen.values())
 
 

@@ -116,12 +116,32 @@ def program_fingerprint(program) -> str:
         h.update(f"node {n.op} {ins} {attrs} -> {n.output.name!r} {n.output.dtype} {n.output.shape}\n"
                  .encode("utf-8", "surrogatepass"))
     h.update(("out " + ",".join(repr(t.name) for t in program.outputs)).encode("utf-8", "surrogatepass"))
+    h.update(f"\nassume {program.assumptions!r}".encode("utf-8", "surrogatepass"))
     return h.hexdigest()
 
 
-def compile_key(program, target: str, options: dict, environment: dict) -> str:
+def structure_fingerprint(program) -> str:
+    """A digest of a program with its sizes left out: the inputs' names, dtypes and ranks, and
+    every node's operator, operands and attributes. Programs that differ only in their input
+    sizes share it (see ``compile``'s generalisation)."""
     h = hashlib.sha256()
-    h.update(f"format {FORMAT}\n{program_fingerprint(program)}\n{target}\n".encode())
+    h.update(f"structure {program.name!r}\n".encode("utf-8", "surrogatepass"))
+    for t in program.inputs:
+        h.update(f"in {t.name!r} {t.dtype} rank {len(t.shape)}\n".encode("utf-8", "surrogatepass"))
+    for n in program.nodes:
+        ins = ",".join(repr(t.name) for t in n.inputs)
+        h.update(f"node {n.op} {ins} {_canonical(n.attrs)} -> {n.output.name!r} {n.output.dtype}\n"
+                 .encode("utf-8", "surrogatepass"))
+    h.update(("out " + ",".join(repr(t.name) for t in program.outputs)).encode("utf-8", "surrogatepass"))
+    return h.hexdigest()
+
+
+def compile_key(program, target: str, options: dict, environment: dict, structure: bool = False) -> str:
+    """The cache key of compiling ``program``; with ``structure``, of its shape-generic version
+    (``structure_fingerprint``), which every size of the program shares."""
+    h = hashlib.sha256()
+    fingerprint = structure_fingerprint(program) if structure else program_fingerprint(program)
+    h.update(f"format {FORMAT}\n{fingerprint}\n{target}\n".encode())
     for k in sorted(options):
         h.update(f"option {k}={options[k]!r}\n".encode())
     for k in sorted(environment):

@@ -288,7 +288,8 @@ class CPUExecutable(Executable):
             self._entry_objects = proto(code.engine.get_function_address(LLVMRenderer.objects_entry))
         self._stages = code.stages
         self._parallel = self.threads > 1 and any(
-            info.kind != "serial" and info.work >= PARALLEL_MIN_WORK and info.extent > 1 for info, _ in code.stages)
+            info.kind != "serial" and (not isinstance(info.work, int) or info.work >= PARALLEL_MIN_WORK)
+            and (not isinstance(info.extent, int) or info.extent > 1) for info, _ in code.stages)
         sources = {"graph": str(program), "lowered": lowered_text, "llvm": built.llvm, "llvm_opt": built.llvm_opt}
         lazy = {"asm": CPUExecutable._asm}  # a function of the executable: a bound method would be a cycle
         for name, dump in pass_dumps:
@@ -315,6 +316,9 @@ class CPUExecutable(Executable):
     def _prepare_fast_call(self):
         """Precompute, per buffer slot, where its array comes from, for ``__call__``'s fast
         path: an input (by position), a constant, or an allocation."""
+        if self.symbolic:  # allocations depend on the call's sizes: the general path
+            self._fast = False
+            return
         inputs = {name: k for k, (name, _, _) in enumerate(self._inputs)}
         allocs = {name: (shape, dtype, nbytes) for name, shape, dtype, nbytes in self._alloc}
         plan = []
@@ -328,7 +332,7 @@ class CPUExecutable(Executable):
         produced = [b.name in self._produced for b in self.lowered.outputs]
         self._out_slots = [self._slots.index(b.name) for b in self.lowered.outputs]
         self._fast = (self._entry_objects is not None and not self._parallel and all(produced)
-                      and len(self._out_slots) == 1)
+                      and len(self._out_slots) == 1 and not self.symbolic)
         self._plan = plan
 
     def __call__(self, **inputs):
@@ -346,53 +350,61 @@ class CPUExecutable(Executable):
             err = _ERR.array = np.zeros(FIRST_FAILURE.size, np.int64)
         args.append(err)
         if self._entry_objects(*args) != 0:
-            self._raise_first_failure(err, dict(zip(self._slots, args)))
+            self._raise_first_failure(err, dict(zip(self._slots, args)), self._shapes.static)
         return args[self._out_slots[0]]
 
-    def _run(self, arrays: dict) -> dict:
-        buffers = self._allocate(arrays)
+    def _run(self, arrays: dict, plan) -> dict:
+        buffers = self._allocate(arrays, plan)
         err = np.zeros(FIRST_FAILURE.size, np.int64)
         if self._entry_objects is not None and not self._parallel:
             status = self._entry_objects(*[buffers[n] for n in self._slots], err)
         else:
             table = self._table_type(*[buffers[n].ctypes.data for n in self._slots])
             if self._parallel:
-                status = self._run_stages(ctypes.addressof(table), err.ctypes.data)
+                status = self._run_stages(ctypes.addressof(table), err.ctypes.data, self._stage_sizes(plan))
             else:
                 status = self._entry(ctypes.addressof(table), err.ctypes.data)
         if status != 0:
-            self._raise_first_failure(err, buffers)
+            self._raise_first_failure(err, buffers, plan)
         return self._outputs(buffers)
 
-    def _raise_first_failure(self, err: np.ndarray, buffers: dict):
+    def _stage_sizes(self, plan) -> list:
+        """(extent, work) of every stage under the call's sizes, computed once per plan."""
+        sizes = plan.extra.get("stages")
+        if sizes is None:
+            sizes = plan.extra["stages"] = [(plan.size_of(info.extent), plan.size_of(info.work))
+                                            for info, _ in self._stages]
+        return sizes
+
+    def _raise_first_failure(self, err: np.ndarray, buffers: dict, plan):
         slot = FIRST_FAILURE.index
         self._raise_index_error(int(err[slot("check")]), int(err[slot("position")]), buffers,
-                                value=int(err[slot("value")]))
+                                value=int(err[slot("value")]), plan=plan)
 
-    def _run_stages(self, table: int, err: int) -> int:
+    def _run_stages(self, table: int, err: int, sizes: list) -> int:
         """Run stage after stage; split the big parallel ones into one chunk per thread."""
         flagged = False
-        for info, fn in self._stages:
+        for (info, fn), (extent, work) in zip(self._stages, sizes):
             if info.kind == "deferred_check" and not flagged:
                 continue
-            if info.kind == "serial" or info.work < PARALLEL_MIN_WORK or info.extent < 2:
-                status = fn(table, 0, info.extent, err)
+            if info.kind == "serial" or work < PARALLEL_MIN_WORK or extent < 2:
+                status = fn(table, 0, extent, err)
             else:
-                status = self._run_split(info, fn, table, err)
+                status = self._run_split(extent, fn, table, err)
             if status == FLAGGED:
                 flagged = True
             elif status != OK:
                 return status
         return OK
 
-    def _run_split(self, info, fn, table: int, err: int) -> int:
+    def _run_split(self, extent: int, fn, table: int, err: int) -> int:
         """One stage in ``min(threads, extent)`` chunks on the worker pool. Every chunk reports
         into its own error slots; the first chunk that failed holds the first bad position in
         row-major order. The pool returns only once no chunk runs any more, also when an
         exception (Ctrl-C) cuts the call short: ``table``, ``errs`` and the buffers stay alive
         until then."""
-        n = min(self.threads, info.extent)
-        bounds = [info.extent * k // n for k in range(n + 1)]
+        n = min(self.threads, extent)
+        bounds = [extent * k // n for k in range(n + 1)]
         errs = np.zeros((n, FIRST_FAILURE.size), np.int64)
         base, size = errs.ctypes.data, FIRST_FAILURE.nbytes
         statuses = shared_pool().run(lambda k: fn(table, bounds[k], bounds[k + 1], base + size * k), n, self.threads)

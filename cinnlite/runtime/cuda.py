@@ -215,7 +215,7 @@ class CUDAExecutable(CUDABaseExecutable):
             _check(driver, driver.cuLaunchKernel(fn, blocks, 1, 1, self.module.block, 1, 1, 0, dev.stream,
                                                  addresses.ctypes.data, 0), "cuLaunchKernel")
 
-    def _run(self, arrays: dict) -> dict:
+    def _run(self, arrays: dict, plan) -> dict:
         with self._lock:
             self._prepare()
             dev = self._device

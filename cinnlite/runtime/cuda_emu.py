@@ -207,16 +207,16 @@ class CUDAEmuExecutable(CUDABaseExecutable):
     def cache_entry(self) -> dict | None:
         return {**super().cache_entry(), "emu_launcher": self._launcher}
 
-    def _allocate(self, arrays: dict) -> dict:
+    def _allocate(self, arrays: dict, plan) -> dict:
         buffers = dict(arrays)
         buffers.update(self._consts)
-        for b in self._table:
-            if b.name not in buffers:
-                buffers[b.name] = _padded_empty(b.shape, b.dtype.np)
+        buffers.update(plan.symbol_arrays)
+        for name, shape, dtype, _ in plan.allocs:
+            buffers[name] = _padded_empty(shape, dtype)
         return buffers
 
-    def _run(self, arrays: dict) -> dict:
-        buffers = self._allocate(arrays)
+    def _run(self, arrays: dict, plan) -> dict:
+        buffers = self._allocate(arrays, plan)
         table = self._table_type(*[buffers[n].ctypes.data for n in self._slots])
         errors = self._new_error_buffer()
         with self._lock:  # the library's thread and block indices are globals
@@ -225,5 +225,5 @@ class CUDAEmuExecutable(CUDABaseExecutable):
         failed = self._first_failed_check(errors)
         if failed is not None:
             check_id, position, value = failed
-            self._raise_index_error(check_id, position, buffers, value=value)
+            self._raise_index_error(check_id, position, buffers, value=value, plan=plan)
         return self._outputs(buffers)

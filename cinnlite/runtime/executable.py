@@ -10,6 +10,7 @@ import numpy as np
 
 from ..errors import InputError, InputTypeError
 from ..ir.loopnest import LoweredProgram
+from .shapes import ShapePlan, ShapePlans, shape_matches, shape_tuple_text
 
 
 #: Buffers of at least this many bytes are recycled between calls (see ``BufferPool``); past
@@ -86,15 +87,21 @@ class Executable:
         self.lowered = lowered
         self._sources = dict(sources)
         self._lazy = dict(lazy_sources or {})
-        self._inputs = [(b.name, tuple(b.shape), b.dtype.np) for b in lowered.inputs]
+        # Input shapes as the graph declares them: numbers, and symbolic sizes (Dims).
+        self._inputs = [(t.name, tuple(t.shape), t.dtype.np) for t in program.inputs]
         self._input_names = {name for name, _, _ in self._inputs}
         self._table = lowered.buffer_table()
         self._consts = {b.name: c.array for b, c in lowered.constants}
         self._produced = {k.output.name for k in lowered.kernels}
-        self._alloc = [(b.name, tuple(b.shape), b.dtype.np, b.size * b.dtype.itemsize) for b in self._table
-                       if b.name not in self._input_names and b.name not in self._consts]
+        symbols = {b.name for b in lowered.symbols}
+        # (name, shape, dtype, bytes); the bytes are None where a size is symbolic (ShapePlans).
+        self._alloc = [(b.name, tuple(b.shape), b.dtype.np, b.size * b.dtype.itemsize if b.is_static else None)
+                       for b in self._table
+                       if b.name not in self._input_names and b.name not in self._consts and b.name not in symbols]
         self._pool = BufferPool()
         self._checks = {c.check_id: c for c in lowered.checks}
+        self._shapes = ShapePlans(program, lowered, self._alloc)
+        self.symbolic = not program.is_static
 
     # -- stages ----------------------------------------------------------------------------------
 
@@ -137,7 +144,7 @@ class Executable:
         """The common case, kept cheap: every name present with an array of the right dtype and
         shape, C-ordered and aligned. Returns the arrays in input order, or None; anything else
         takes ``_check_inputs_slow``, which converts what it can and explains the rest."""
-        if len(kwargs) != len(self._inputs):
+        if self.symbolic or len(kwargs) != len(self._inputs):
             return None
         ordered = []
         for name, shape, dtype in self._inputs:
@@ -176,27 +183,29 @@ class Executable:
             if arr.dtype != dtype:
                 raise InputTypeError(f"input '{name}': expected dtype {dtype.name}, got {arr.dtype.name} "
                                      f"(cinnlite does not cast; use .astype(np.{dtype.name}))")
-            if arr.shape != shape:
-                raise InputError(f"input '{name}': expected shape {shape}, got {arr.shape}")
+            if not shape_matches(arr.shape, shape):
+                raise InputError(f"input '{name}': expected shape {shape_tuple_text(shape)}, got {arr.shape}")
             if not (arr.flags.c_contiguous and arr.flags.aligned):
                 arr = np.array(arr, order="C", copy=True)
             arrays[name] = arr
         return arrays
 
-    def _allocate(self, arrays: dict) -> dict:
+    def _allocate(self, arrays: dict, plan: ShapePlan) -> dict:
         buffers = dict(arrays)
         buffers.update(self._consts)
-        for name, shape, dtype, nbytes in self._alloc:
+        buffers.update(plan.symbol_arrays)
+        for name, shape, dtype, nbytes in plan.allocs:
             buffers[name] = self._pool.empty(shape, dtype, nbytes)
         return buffers
 
-    def _raise_index_error(self, check_id: int, position: int, buffers: dict, value: int | None = None):
+    def _raise_index_error(self, check_id: int, position: int, buffers: dict, value: int | None = None,
+                           plan: ShapePlan | None = None):
         """Raise the IndexError of a failed check. ``value`` is the bad index where the kernel
         reported it; otherwise it is read from the index buffer, which must then exist."""
         chk = self._checks[check_id]
         if value is None:
             value = int(np.asarray(buffers[chk.buffer]).reshape(-1)[position])
-        raise chk.error(position, value)
+        raise chk.error(position, value, plan.size_of if plan is not None else int)
 
     def _outputs(self, buffers: dict) -> dict:
         outs = {}
@@ -210,16 +219,24 @@ class Executable:
         """Run on a dict of input arrays; returns ``{output name: array}``."""
         if not isinstance(inputs, dict):
             raise InputError("run() takes a dict of input name -> array")
-        return self._run(self._check_inputs(inputs))
+        return self._dispatch(self._check_inputs(inputs))
 
     def __call__(self, **inputs: np.typing.ArrayLike) -> Any:
         """Run on keyword arrays; returns the output array, or a tuple in output order.
 
         Typed ``Any`` because which of the two it is depends on the program, not on the call:
         a union would make every caller narrow a result whose kind it already knows."""
-        outs = self._run(self._check_inputs(inputs))
+        outs = self._dispatch(self._check_inputs(inputs))
         values = tuple(outs[b.name] for b in self.lowered.outputs)
         return values[0] if len(values) == 1 else values
 
-    def _run(self, arrays: dict) -> dict:
+    def _dispatch(self, arrays: dict) -> dict:
+        """Run on checked arrays: the sizes they give decide the plan (``ShapePlans.plan_for``),
+        which is this code, or the static specialisation of exactly those sizes."""
+        plan = self._shapes.plan_for(arrays, self)
+        if plan.specialised is not None:
+            return plan.specialised.run(arrays)
+        return self._run(arrays, plan)
+
+    def _run(self, arrays: dict, plan: ShapePlan) -> dict:
         raise NotImplementedError

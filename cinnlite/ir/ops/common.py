@@ -14,6 +14,7 @@ import numpy as np
 
 from ...dtypes import INDEX_DTYPES, DType
 from ...errors import DTypeError, ValidationError
+from ..symbolic import Dim, is_zero, symbol
 
 MODES = ("raise", "clip", "wrap", "fill")
 REDUCTIONS = ("none", "add", "mul", "max", "min", "mean")
@@ -73,7 +74,7 @@ def check_layout(op, layout):
 
 def check_nonempty_axis(op, mode, size, index, what="axis"):
     """clip and wrap need a position to move to; an empty axis has none."""
-    if size == 0 and index.size > 0 and mode in ("clip", "wrap"):
+    if is_zero(size) and not is_zero(index.size) and mode in ("clip", "wrap"):
         raise ValidationError(op, f"mode {mode} needs a non-empty {what}",
                               f"mode={mode!r} cannot map indices onto an empty {what} (size 0)",
                               input=index.name)
@@ -107,18 +108,51 @@ def check_scalar(op, name, value, dtype: DType):
     return int(value)
 
 
-def check_shape(op, shape):
-    """A shape as a tuple of ints: non-negative, with an element count 64-bit arithmetic can address."""
+def shape_dims(op, shape, allow_minus_one=False):
+    """A shape as a tuple of sizes: ints, symbol names (``"E"``, made :class:`Dim` symbols) and
+    Dims. Negative ints are left for the caller's rules."""
+    if isinstance(shape, (str, bytes)):
+        raise ValidationError(op, "shape is a tuple of sizes", f"shape {shape!r} is not a tuple of sizes")
     try:
-        shape = tuple(operator.index(d) for d in shape)
+        items = tuple(shape)
     except TypeError:
-        raise ValidationError(op, "shape is a tuple of integers", f"shape {shape!r} is not a tuple of integers") from None
-    if any(d < 0 for d in shape):
+        raise ValidationError(op, "shape is a tuple of sizes", f"shape {shape!r} is not a tuple of sizes") from None
+    out = []
+    for d in items:
+        if isinstance(d, str):
+            try:
+                d = symbol(d)
+            except ValueError as exc:
+                raise ValidationError(op, "a symbolic dimension is an identifier", str(exc)) from None
+        elif not isinstance(d, Dim):
+            try:
+                d = operator.index(d)
+            except TypeError:
+                raise ValidationError(op, "shape is a tuple of sizes",
+                                      f"shape {shape!r} holds {d!r}: a size is an integer or a symbol name") from None
+        out.append(d)
+    return tuple(out)
+
+
+def check_shape(op, shape):
+    """A shape as a tuple of sizes (ints and symbolic dims): non-negative, with an element count
+    64-bit arithmetic can address."""
+    shape = shape_dims(op, shape)
+    static = [d for d in shape if not isinstance(d, Dim)]
+    if any(d < 0 for d in static):
         raise ValidationError(op, "dimensions are non-negative", f"shape {shape} has a negative dimension")
-    if math.prod(shape) >= 2**63 or any(d >= 2**63 for d in shape):
+    if math.prod(static) >= 2**63 or any(d >= 2**63 for d in static):
         raise ValidationError(op, "element count fits int64",
                               f"shape {shape} has more elements than 64-bit index arithmetic can address")
     return shape
+
+
+def static_dim(op, what, d, input=None):
+    """A size the operator's loop structure depends on (a tuple length): it must be a number."""
+    if isinstance(d, Dim):
+        raise ValidationError(op, f"{what} is static", f"{what} is the symbolic size {d}; it must be a number",
+                              input=input)
+    return d
 
 
 def index_tuple_shape(idx_shape, layout):

@@ -9,6 +9,7 @@ from __future__ import annotations
 from ...errors import DTypeError, ValidationError
 from ..loopnest import Binary, Cmp, Kernel, Select, const
 from ..lower import LoweringContext, elementwise_kernel
+from ..symbolic import Dim, dims_equal
 from .definition import NoAttrs, OpDef
 
 
@@ -53,11 +54,14 @@ def broadcast_shapes(op, a, b):
     pb = (1,) * (r - rb) + tuple(b.shape)
     out = []
     for j, (da, db) in enumerate(zip(pa, pb)):
-        if da != db and da != 1 and db != 1:
+        if da == 1 or db == 1:
+            out.append(db if da == 1 else da)
+        elif not dims_equal(da, db):
             raise ValidationError(op, "shapes broadcast (numpy rules)",
                                   f"shapes {a.shape} and {b.shape} do not broadcast (axis {j - r}: {da} vs {db})",
                                   input=b.name)
-        out.append(db if da == 1 else da)
+        else:  # equal, or assumed equal: a number says more than a symbol
+            out.append(db if isinstance(da, Dim) else da)
     return tuple(out)
 
 

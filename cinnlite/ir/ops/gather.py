@@ -10,6 +10,7 @@ from ...errors import ValidationError
 from ..loopnest import Kernel, Load, Store
 from ..lower import IndexValue, LoopVars, LoweringContext, buffer_of, gather_value, loop_nest, make_kernel
 from .common import check_index_dtype, check_mode, check_nonempty_axis, check_scalar, normalize_axis
+from ..symbolic import dims_le
 from .definition import OpDef
 
 
@@ -33,7 +34,7 @@ def infer_gather(inputs, axis, mode, fill_value):
     if idx.ndim != r:
         raise ValidationError(op, "rank(index) == rank(x)", f"index has rank {idx.ndim}, x has rank {r}", input=idx.name)
     for j in range(r):
-        if j != axis and idx.shape[j] > x.shape[j]:
+        if j != axis and not dims_le(idx.shape[j], x.shape[j]):
             raise ValidationError(op, "index.shape[j] <= x.shape[j] for j != axis",
                                   f"index.shape[{j}]={idx.shape[j]} > x.shape[{j}]={x.shape[j]}", input=idx.name)
     fill_value = check_scalar(op, "fill_value", fill_value, x.dtype)

@@ -12,7 +12,8 @@ from ..loopnest import Kernel, Store
 from ..lower import (IndexValue, LoopVars, LoweringContext, buffer_of, gather_value, loop_nest, make_kernel,
                      tuple_load)
 from .common import (check_index_dtype, check_layout, check_mode, check_nonempty_axis, check_scalar,
-                     index_tuple_shape, int_attr, normalize_dims)
+                     index_tuple_shape, int_attr, normalize_dims, static_dim)
+from ..symbolic import dims_le, shapes_equal
 from .definition import OpDef
 
 
@@ -39,6 +40,7 @@ def infer_gather_nd(inputs, batch_dims, dims, index_layout, mode, fill_value):
         raise ValidationError(op, "rank(index) >= 1", "index must have at least one axis (the index tuples)",
                               input=idx.name)
     ishape = index_tuple_shape(idx.shape, index_layout)
+    static_dim(op, "the index tuple length", ishape[-1], idx.name)
     b = int_attr(op, "batch_dims", batch_dims)
     fill_value = check_scalar(op, "fill_value", fill_value, x.dtype)
     if dims is not None:
@@ -60,7 +62,7 @@ def _element_form(x, idx, ishape, b, dims, mode):
                               f"index shape {idx.shape} gives an output of rank {len(shape)}, x has rank {r}",
                               input=idx.name)
     for j in range(r):
-        if j not in dims and shape[j] > x.shape[j]:
+        if j not in dims and not dims_le(shape[j], x.shape[j]):
             raise ValidationError(op, "out.shape[j] <= x.shape[j] for j not in dims",
                                   f"out.shape[{j}]={shape[j]} > x.shape[{j}]={x.shape[j]}", input=idx.name)
     for d in dims:
@@ -74,7 +76,7 @@ def _slice_form(x, idx, ishape, b, mode):
     if not 0 <= b < min(r, q):
         raise ValidationError(op, "batch_dims < min(rank(x), rank(index))",
                               f"batch_dims={b} must be in [0, {min(r, q) - 1}] for ranks x={r}, index={q}")
-    if tuple(x.shape[:b]) != tuple(ishape[:b]):
+    if not shapes_equal(x.shape[:b], ishape[:b]):
         raise ValidationError(op, "x.shape[:batch_dims] == index.shape[:batch_dims]",
                               f"batch shapes differ: x {x.shape[:b]} vs index {ishape[:b]}", input=idx.name)
     if m > r - b:

@@ -12,6 +12,7 @@ from ...errors import ValidationError
 from ..loopnest import Kernel, Load
 from ..lower import IndexValue, LoweringContext, buffer_of, scatter_kernel
 from .common import check_nonempty_axis, check_scatter_operands, normalize_axis
+from ..symbolic import dims_le
 from .definition import OpDef
 
 
@@ -36,10 +37,10 @@ def infer_scatter(inputs, axis, reduce, mode):
     if src.ndim != r:
         raise ValidationError(op, "rank(src) == rank(x)", f"src has rank {src.ndim}, x has rank {r}", input=src.name)
     for j in range(r):
-        if idx.shape[j] > src.shape[j]:
+        if not dims_le(idx.shape[j], src.shape[j]):
             raise ValidationError(op, "index.shape[j] <= src.shape[j]",
                                   f"index.shape[{j}]={idx.shape[j]} > src.shape[{j}]={src.shape[j]}", input=idx.name)
-        if j != axis and idx.shape[j] > x.shape[j]:
+        if j != axis and not dims_le(idx.shape[j], x.shape[j]):
             raise ValidationError(op, "index.shape[j] <= x.shape[j] for j != axis",
                                   f"index.shape[{j}]={idx.shape[j]} > x.shape[{j}]={x.shape[j]}", input=idx.name)
     check_nonempty_axis(op, mode, x.shape[axis], idx)

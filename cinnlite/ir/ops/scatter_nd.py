@@ -11,7 +11,9 @@ from dataclasses import dataclass
 from ...errors import ValidationError
 from ..loopnest import Kernel, Load
 from ..lower import IndexValue, LoweringContext, buffer_of, scatter_kernel, tuple_load
-from .common import check_layout, check_nonempty_axis, check_scatter_operands, index_tuple_shape, normalize_dims
+from .common import (check_layout, check_nonempty_axis, check_scatter_operands, index_tuple_shape, normalize_dims,
+                     static_dim)
+from ..symbolic import dims_le, shapes_equal
 from .definition import OpDef
 
 
@@ -35,6 +37,7 @@ def infer_scatter_nd(inputs, dims, reduce, index_layout, mode):
         raise ValidationError(op, "rank(index) >= 1", "index must have at least one axis (the index tuples)",
                               input=idx.name)
     ishape = index_tuple_shape(idx.shape, index_layout)
+    static_dim(op, "the index tuple length", ishape[-1], idx.name)
     if dims is not None:
         dims = _check_element_form(x, idx, src, ishape, dims, mode)
     else:
@@ -49,11 +52,11 @@ def _check_element_form(x, idx, src, ishape, dims, mode):
     if src.ndim != r:
         raise ValidationError(op, "rank(src) == rank(x)", f"src has rank {src.ndim}, x has rank {r}",
                               input=src.name)
-    if tuple(ishape[:-1]) != tuple(src.shape):
+    if not shapes_equal(ishape[:-1], src.shape):
         raise ValidationError(op, "index.shape == src.shape + (len(dims),)",
                               f"index shape {idx.shape} does not match src shape {src.shape}", input=idx.name)
     for j in range(r):
-        if j not in dims and src.shape[j] > x.shape[j]:
+        if j not in dims and not dims_le(src.shape[j], x.shape[j]):
             raise ValidationError(op, "src.shape[j] <= x.shape[j] for j not in dims",
                                   f"src.shape[{j}]={src.shape[j]} > x.shape[{j}]={x.shape[j]}", input=src.name)
     for d in dims:
@@ -68,7 +71,7 @@ def _check_slice_form(x, idx, src, ishape, mode):
         raise ValidationError(op, "index.shape[-1] <= rank(x)",
                               f"index tuples have length {m}, more than rank(x) = {r}", input=idx.name)
     want = tuple(ishape[:-1]) + tuple(x.shape[m:])
-    if tuple(src.shape) != want:
+    if not shapes_equal(src.shape, want):
         raise ValidationError(op, "src.shape == index.shape[:-1] + x.shape[m:]",
                               f"src has shape {src.shape}, expected {want}", input=src.name)
     for k in range(m):

@@ -10,6 +10,7 @@ from ...errors import ValidationError
 from ..loopnest import Kernel, Load, Store
 from ..lower import IndexValue, LoopVars, LoweringContext, buffer_of, gather_value, loop_nest, make_kernel
 from .common import check_index_dtype, check_mode, check_nonempty_axis, check_scalar, int_attr, normalize_axis
+from ..symbolic import shapes_equal
 from .definition import OpDef
 
 
@@ -38,7 +39,7 @@ def infer_take(inputs, axis, batch_dims, mode, fill_value):
     b = b + q if b < 0 else b
     if b > axis:
         raise ValidationError(op, "batch_dims <= axis", f"batch_dims={b} is greater than axis={axis}")
-    if tuple(x.shape[:b]) != tuple(idx.shape[:b]):
+    if not shapes_equal(x.shape[:b], idx.shape[:b]):
         raise ValidationError(op, "x.shape[:batch_dims] == indices.shape[:batch_dims]",
                               f"batch shapes differ: x {x.shape[:b]} vs indices {idx.shape[:b]}", input=idx.name)
     fill_value = check_scalar(op, "fill_value", fill_value, x.dtype)

@@ -1,0 +1,145 @@
+"""The sizes of one call: symbolic sizes bound from the input arrays, and what runs them.
+
+A call of a program with symbolic sizes (``cinnlite.ir.symbolic``) binds every symbol from the
+input shapes, checks that one name has one size and that every assumption the graph made holds,
+and then runs the shape-generic code with the sizes as scalar buffers (``#E``). A call that the
+generic code does not serve (an empty symbolic dimension, or a broken assumption) runs the
+static program of exactly its sizes instead, built (errors included) and compiled as if the user
+had written it, once per distinct set of sizes. Plans are cached per tuple of input shapes, so
+a repeated shape costs one dictionary lookup.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import InputError
+from ..ir.loopnest import Binary, Const, Load
+from ..ir.symbolic import SYMBOL_BUFFER_PREFIX, Dim, holds
+
+#: Shape signatures remembered per executable; past it the oldest is forgotten.
+MAX_PLANS = 256
+
+
+def shape_matches(actual: tuple, declared: tuple) -> bool:
+    """Whether an array shape fits a declared one: the same rank, equal numbers; a symbolic size
+    takes any size (whether one name gets one size is the binder's check)."""
+    return len(actual) == len(declared) and all(isinstance(d, Dim) or a == d for a, d in zip(actual, declared))
+
+
+def shape_tuple_text(shape: tuple) -> str:
+    return "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+def size_value(d, values: dict) -> int:
+    """The number a loop-nest size stands for: an int, or an expression over symbol buffers
+    whose values ``values`` holds by buffer name."""
+    if isinstance(d, int):
+        return d
+    if isinstance(d, Const):
+        return int(d.value)
+    if isinstance(d, Load):
+        return values[d.buffer.name]
+    if isinstance(d, Binary) and d.op in ("add", "sub", "mul"):
+        a, b = size_value(d.a, values), size_value(d.b, values)
+        return a + b if d.op == "add" else a - b if d.op == "sub" else a * b
+    raise TypeError(f"not a size: {d!r}")
+
+
+@dataclass
+class ShapePlan:
+    """How one set of input shapes runs: the symbols' values, the arrays that hold them, the
+    shapes of the buffers to allocate; or the static executable that runs it instead."""
+
+    bindings: dict
+    symbol_arrays: dict = field(default_factory=dict)
+    allocs: list = field(default_factory=list)
+    specialised: object = None
+    extra: dict = field(default_factory=dict)  # what a backend derives from the sizes (stage extents)
+
+    def size_of(self, d) -> int:
+        return size_value(d, {SYMBOL_BUFFER_PREFIX + k: v for k, v in self.bindings.items()})
+
+
+class ShapePlans:
+    """The plans of one executable (see the module docstring)."""
+
+    def __init__(self, program, lowered, allocs):
+        self.program = program
+        self.allocs = allocs
+        self.symbolic = not program.is_static
+        self._plans: dict = {}
+        self._lock = threading.Lock()
+        self.static = None if self.symbolic else ShapePlan({}, {}, list(allocs))
+        #: compiles a static program with the executable's options (set by ``compile``).
+        self.compile_static = None
+
+    def plan_for(self, arrays: dict, exe) -> ShapePlan:
+        if not self.symbolic:
+            return self.static
+        key = tuple(arrays[t.name].shape for t in self.program.inputs)
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self._make(arrays, exe)
+            with self._lock:
+                if len(self._plans) >= MAX_PLANS:
+                    self._plans.pop(next(iter(self._plans)))
+                self._plans[key] = plan
+        return plan
+
+    def serves(self, program) -> bool:
+        """Whether the shape-generic code runs ``program`` (a static program of the same
+        structure) itself, without a static specialisation."""
+        if not self.symbolic:
+            return False
+        shapes = {t.name: t.shape for t in program.inputs}
+        try:
+            bindings = self.bind(shapes)
+        except InputError:
+            return False
+        return self._generic(bindings)
+
+    def _generic(self, bindings: dict) -> bool:
+        return all(v >= 1 for v in bindings.values()) and all(holds(f, bindings) for f in self.program.assumptions)
+
+    def bind(self, arrays: dict) -> dict:
+        """Every symbol's size, from the inputs that use it (arrays, or shapes); one name must
+        have one size."""
+        bound: dict = {}
+        where: dict = {}
+        for t in self.program.inputs:
+            value = arrays[t.name]
+            shape = value if isinstance(value, tuple) else value.shape
+            for axis, d in enumerate(t.shape):
+                if not isinstance(d, Dim):
+                    continue
+                size = int(shape[axis])
+                if d.name in bound and bound[d.name] != size:
+                    first, first_axis = where[d.name]
+                    raise InputError(f"symbolic size {d.name}: input '{t.name}' has {size} at axis {axis}, but "
+                                     f"input '{first}' has {bound[d.name]} at axis {first_axis}; one name is one size")
+                bound.setdefault(d.name, size)
+                where.setdefault(d.name, (t.name, axis))
+        return bound
+
+    def _make(self, arrays: dict, exe) -> ShapePlan:
+        bindings = self.bind(arrays)
+        plan = ShapePlan(bindings)
+        if not self._generic(bindings):
+            plan.specialised = self._specialised(bindings)
+            return plan
+        plan.symbol_arrays = {SYMBOL_BUFFER_PREFIX + k: np.array(v, np.int64) for k, v in bindings.items()}
+        for name, shape, dtype, _ in self.allocs:
+            sizes = tuple(plan.size_of(d) for d in shape)
+            plan.allocs.append((name, sizes, dtype, int(np.prod(sizes, dtype=np.int64)) * np.dtype(dtype).itemsize))
+        return plan
+
+    def _specialised(self, bindings: dict):
+        from ..ir.rebuild import specialise
+        static = specialise(self.program, bindings)  # the errors of the static program, if any
+        if self.compile_static is None:
+            raise InputError(f"program '{self.program.name}': these sizes need a static build, and this "
+                             f"executable cannot compile one")
+        return self.compile_static(static)
