@@ -7,6 +7,8 @@ every reduction), ScatterND (11, 13, 16, 18, every reduction), TensorScatter (24
 import time on constants) and Reshape with a constant shape.
 
 Graph inputs become :meth:`NetBuilder.create_input` inputs and initializers become constants.
+A symbolic ONNX dimension (``dim_param``, or a dimension the model leaves unnamed) becomes a
+cinnlite symbol, so a model with an unknown batch compiles once for every batch.
 Every ONNX index is checked at run time (ONNX says an out-of-range index is an error), so the
 indexing operators use ``mode="raise"``; negative indices count from the end, as ONNX allows.
 
@@ -15,7 +17,6 @@ imported only when a model is imported.
 """
 from __future__ import annotations
 
-import math
 import os
 import re
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ import numpy as np
 from ..dtypes import as_dtype
 from ..errors import CinnliteError
 from ..ir.graph import Program, Tensor
+from ..ir.symbolic import dims_equal, exact_div, is_symbolic, prod
 from .netbuilder import NetBuilder
 
 SUPPORTED_OPS = ("Gather", "GatherElements", "GatherND", "Scatter", "ScatterElements", "ScatterND",
@@ -80,8 +82,9 @@ class ImportedModel:
 def from_onnx(model_or_path, shapes: dict | None = None, name: str | None = None) -> Program:
     """Import an ONNX model (a ``ModelProto``, a path or serialized bytes) as a Program.
 
-    ``shapes`` maps graph input names to static shapes; it is needed where the model leaves a
-    dimension symbolic or unknown (cinnlite compiles for static shapes).
+    ``shapes`` maps graph input names to static shapes, where a static program is wanted;
+    without it, a symbolic ``dim_param`` dimension is a cinnlite symbol of the same name (made an
+    identifier), and a dimension the model leaves unnamed a symbol ``<input>_<axis>``.
     """
     return import_onnx(model_or_path, shapes=shapes, name=name).program
 
@@ -254,6 +257,7 @@ class _Importer:
         self.model = model
         self.graph = model.graph
         self.shapes = dict(shapes)
+        self.symbols: dict = {}  # ONNX dim_param (or unnamed dimension) -> cinnlite symbol
         self.opset = self._default_opset()
         self.names = _Names()
         self.b = NetBuilder(tensor_name(name or self.graph.name or "onnx_model"))
@@ -350,16 +354,24 @@ class _Importer:
                                               f"model's {_fmt_shape(declared)} in dimension {j}")
             return dtype, given
         if declared is None:
-            raise OnnxImportError(f"{what}: the model does not give its shape; cinnlite needs static "
-                                  f"shapes: pass shapes={{'{vi.name}': (...)}} (cinnlite emit: "
-                                  f"--shape {vi.name}=D0,D1,...; cinnlite run takes them from the input files)")
-        unknown = [j for j, d in enumerate(declared) if not isinstance(d, int)]
-        if unknown:
-            raise OnnxImportError(f"{what}: shape {_fmt_shape(declared)} has symbolic or unknown "
-                                  f"dimension(s) {unknown}; cinnlite needs static shapes: pass "
+            raise OnnxImportError(f"{what}: the model does not give its shape (not even its rank); pass "
                                   f"shapes={{'{vi.name}': (...)}} (cinnlite emit: --shape {vi.name}=D0,D1,...; "
-                                  "cinnlite run takes them from the input files)")
-        return dtype, declared
+                                  f"cinnlite run takes them from the input files)")
+        return dtype, tuple(d if isinstance(d, int) else self._symbol(d, vi.name, j) for j, d in enumerate(declared))
+
+    def _symbol(self, dim_param: str, input_name: str, axis: int) -> str:
+        """The cinnlite symbol of a symbolic ONNX dimension: its ``dim_param`` (one name, one
+        symbol, made an identifier where it is not one), or for a dimension the model leaves
+        unnamed a symbol of its own, ``<input>_<axis>``."""
+        key = dim_param if dim_param != "?" else f"?{input_name}:{axis}"
+        if key not in self.symbols:
+            base = dim_param if dim_param != "?" else f"{input_name}_{axis}"
+            name = re.sub(r"\W", "_", base, flags=re.ASCII)
+            name = name if re.match(r"[A-Za-z_]", name) else "d_" + name
+            while name in self.symbols.values():
+                name += "_"
+            self.symbols[key] = name
+        return self.symbols[key]
 
     def _outputs(self):
         outputs, used = [], set()
@@ -392,7 +404,8 @@ class _Importer:
                 raise OnnxImportError(f"{what}: the model declares element type {dtype}, the graph computes {t.dtype}")
         if tt.HasField("shape"):
             declared = tuple(d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim)
-            if len(declared) != len(t.shape) or any(d is not None and d != s for d, s in zip(declared, t.shape)):
+            if len(declared) != len(t.shape) or any(d is not None and not is_symbolic(s) and d != s
+                                                    for d, s in zip(declared, t.shape)):
                 shown = _fmt_shape(tuple("?" if d is None else d for d in declared))
                 raise OnnxImportError(f"{what}: the model declares shape {shown}, the graph computes {list(t.shape)}")
 
@@ -801,13 +814,14 @@ def _onnx_reshape(where: str, shape: tuple, target: list, allowzero: bool) -> tu
                                       f"input {list(shape)} has no dimension {j}")
             d = shape[j]
         out.append(d)
-    size = math.prod(shape)
+    size = prod(shape)
     if -1 in out:
-        known = math.prod(d for d in out if d != -1)
-        if known == 0 or size % known:
+        known = prod(d for d in out if is_symbolic(d) or d != -1)
+        rest = exact_div(size, known)
+        if known == 0 or rest is None:
             raise OnnxImportError(f"{where}: cannot reshape {list(shape)} to {target}")
-        out[out.index(-1)] = size // known
-    if math.prod(out) != size:
+        out[out.index(-1)] = rest
+    if not dims_equal(prod(out), size):
         raise OnnxImportError(f"{where}: cannot reshape {list(shape)} ({size} elements) to {target}")
     return tuple(out)
 

@@ -13,6 +13,7 @@ from dataclasses import replace
 
 from ..dtypes import bool_, int64
 from ..errors import CompileError
+from .symbolic import SYMBOL_BUFFER_PREFIX, symbol_buffer
 from .loopnest import (Binary, Buffer, Cast, Cmp, Const, For, If, Kernel, Let, Load, LoweredProgram, Reduce, Select,
                        Seq, Store, Var)
 from .transform import map_stmt, stmt_exprs, substitute, walk_expr
@@ -150,6 +151,8 @@ def verify(kernel: Kernel) -> Kernel:
                 check_access(x.buffer, x.indices)
 
     def check_access(buf: Buffer, indices):
+        if buf.name.startswith(SYMBOL_BUFFER_PREFIX) and buf == symbol_buffer(buf.name[1:]):
+            return  # a symbolic size: every kernel may read it
         if buf.name not in known:
             fail(f"access to unknown buffer {buf.name}")
         if len(indices) != len(buf.shape):

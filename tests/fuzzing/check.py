@@ -12,7 +12,7 @@ import traceback
 
 import numpy as np
 
-from fuzzing.draws import revalue
+from fuzzing.draws import ND_KINDS, revalue
 from fuzzing.evaluate import reference_eval
 from fuzzing.externals import ExternalCannot, onnx_value, torch_value
 from fuzzing.spec import Spec
@@ -39,11 +39,24 @@ def compile_options(spec: Spec) -> dict:
     return {k: v for k, v in spec.choices.get("options", {}).items() if k in accepted}
 
 
+def declared_shape(spec: Spec, name: str, arr) -> tuple:
+    """An input's shape as the program declares it: in a symbolic draw every dimension is a
+    symbol named after its size (``d5``), so equal sizes are one symbol and the rules that relate
+    them hold; the shape-generic code then runs with the draw's sizes (0 included, which runs
+    the static specialisation). An index tuple's length must be a number, so the index inputs of
+    the ``_nd`` forms keep theirs."""
+    if not spec.choices.get("symbolic"):
+        return tuple(arr.shape)
+    if spec.choices["kind"] in ND_KINDS and name.startswith("idx"):
+        return tuple(arr.shape)
+    return tuple(f"d{n}" for n in arr.shape)
+
+
 def build(spec: Spec, backend: str):
     import cinnlite as cl
 
     b = cl.NetBuilder("fuzz")
-    t = {name: b.create_input(arr.dtype.name, arr.shape, name) for name, arr in spec.inputs.items()}
+    t = {name: b.create_input(arr.dtype.name, declared_shape(spec, name, arr), name) for name, arr in spec.inputs.items()}
     for st in spec.steps:
         t[st.out] = getattr(b, st.method)(*[t[a] for a in st.args], **st.kwargs, name=st.out)
     return cl.compile(b.build(outputs=[t[o] for o in spec.outputs]), target=backend, **compile_options(spec))

@@ -46,6 +46,7 @@ def choose(rng, k: int) -> dict:
     c["reduce"] = "none" if dtype == "bool" else str(rng.choice(REDUCTIONS))
     if c["mode"] == "raise" and rng.random() < 0.5:
         c["in_range"] = True
+    c["symbolic"] = bool(rng.random() < 0.3)  # sizes as symbols: the shape-generic code (check.build)
     if c["tiny_axes"]:
         # A raise-mode chain into axes of size 0 and 1: the computed index is out of range
         # wherever the axis is empty, and the producer's own bad index must still be the error.

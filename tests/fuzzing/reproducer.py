@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fuzzing.check import compile_options
+from fuzzing.check import compile_options, declared_shape
 from fuzzing.evaluate import reference_eval
 from fuzzing.spec import Spec
 
@@ -44,7 +44,7 @@ def _program_lines(spec: Spec, backend: str) -> list:
         'b = cl.NetBuilder("repro")',
     ]
     for name, arr in spec.inputs.items():
-        lines.append(f"{name} = b.create_input({arr.dtype.name!r}, {arr.shape!r}, {name!r})")
+        lines.append(f"{name} = b.create_input({arr.dtype.name!r}, {declared_shape(spec, name, arr)!r}, {name!r})")
     for st in spec.steps:
         args = ", ".join(list(st.args) + ([_kwargs_text(st.kwargs)] if st.kwargs else []))
         lines.append(f"{st.out} = b.{st.method}({args}, name={st.out!r})")
