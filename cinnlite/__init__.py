@@ -9,13 +9,14 @@ from .errors import (CacheWarning, CinnliteError, CinnliteWarning, CompileError,
                      InputError, InputTypeError, TargetUnavailableError, ThreadStartWarning, ValidationError)
 from .frontend.netbuilder import NetBuilder
 from .ir.graph import Program, Tensor
+from .ir.symbolic import Dim
 
 # The one place the version is written: pyproject.toml reads it ([tool.setuptools.dynamic]),
 # `cinnlite --version` prints it and the compile cache keys on it.
 __version__ = "0.1.0"
 
 __all__ = [
-    "NetBuilder", "compile", "Program", "Tensor", "DType", "Float", "Int", "UInt", "Bool", "as_dtype",
+    "NetBuilder", "compile", "Program", "Tensor", "Dim", "DType", "Float", "Int", "UInt", "Bool", "as_dtype",
     "CinnliteError", "ValidationError", "DTypeError", "IndexOutOfRangeError", "InputError",
     "InputTypeError", "TargetUnavailableError", "CompileError", "CinnliteWarning", "ThreadStartWarning",
     "CacheWarning", "__version__",

@@ -17,6 +17,7 @@ from cinnlite import api_types, compiler
 from cinnlite.dtypes import DType
 from cinnlite.ir import ops
 from cinnlite.ir.graph import Node, Program, Tensor
+from cinnlite.ir.symbolic import Dim
 from cinnlite.runtime.executable import Executable
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,9 +48,9 @@ def test_the_literal_types_list_exactly_what_the_checks_accept():
 
 
 def test_program_and_tensor_fields_are_typed():
-    assert typing.get_type_hints(Tensor) == {"name": str, "shape": tuple[int, ...], "dtype": DType}
+    assert typing.get_type_hints(Tensor) == {"name": str, "shape": tuple[int | Dim, ...], "dtype": DType}
     assert typing.get_type_hints(Program) == {"name": str, "inputs": tuple[Tensor, ...], "nodes": tuple[Node, ...],
-                                              "outputs": tuple[Tensor, ...]}
+                                              "outputs": tuple[Tensor, ...], "assumptions": tuple}
 
 
 def test_the_package_says_it_is_typed():
@@ -73,7 +74,7 @@ exe = cl.compile(b.build([y, z]), target="cpu", threads=2)
 out: np.ndarray = exe(x=np.zeros((4, 3), np.float32), i=np.zeros((2, 3), np.int64))[0]
 results: dict[str, np.ndarray] = exe.run({"x": np.zeros((4, 3), np.float32), "i": [[0, 1, 2], [3, 0, 1]]})
 stages: tuple[str, ...] = exe.stages
-shape: tuple[int, ...] = y.shape
+shape: tuple[int | cl.Dim, ...] = y.shape  # a size is a number or a symbol
 text: str = exe.source(stages[0])
 '''
 

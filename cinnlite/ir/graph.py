@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..dtypes import DType
-from .symbolic import fact_text, prod, symbols_of
+from .symbolic import Dim, fact_text, prod, symbols_of
 
 
 _PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-:/]*")
@@ -30,7 +30,7 @@ class Tensor:
     sizes) and a dtype."""
 
     name: str
-    shape: tuple[int, ...]
+    shape: tuple[int | Dim, ...]
     dtype: DType
 
     @property
