@@ -16,12 +16,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..codegen import llvm_call
 from ..codegen.error_record import FIRST_FAILURE
 from ..codegen.llvm import ERROR, FLAGGED, OK, LLVMRenderer, stage_plan
 from ..errors import CompileError
 from ..ir.loopnest import LoweredProgram
 from .cache import compiler_source_digest
 from .executable import Executable
+from .native_call import array_layout_confirmed, register_symbols
 from .workers import MAX_THREADS, check_threads, shared_pool
 
 #: Serialises cinnlite's use of LLVM (one global context) by compiles and assembly printing.
@@ -40,6 +42,7 @@ def _llvm():
                 llvm.initialize_native_target()
                 llvm.initialize_native_asmprinter()
                 platform.machine()  # llvmlite asks for it per engine; the first call is slow
+                register_symbols(llvm)
                 _INITIALISED = True
     return llvm
 
@@ -128,13 +131,14 @@ MAX_OBJECT_ARGS = 64
 
 
 def array_data_offset():
-    """The byte offset of the data pointer inside a numpy array object, checked on live arrays;
-    None where it cannot be confirmed (then the runtime asks numpy for pointers instead)."""
+    """The byte offset of the data pointer inside a numpy array object, checked on live arrays
+    together with the fields the call entry reads around it (``native_call``); None where they
+    cannot be confirmed (then the runtime asks numpy for pointers instead)."""
     offset = 2 * ctypes.sizeof(ctypes.c_void_p)  # after PyObject_HEAD: refcount, type
     for probe in (np.zeros(3, np.float32), np.empty((2, 5), np.int8), np.zeros(0, np.int64)):
         if ctypes.c_void_p.from_address(id(probe) + offset).value != probe.ctypes.data:
             return None
-    return offset
+    return offset if array_layout_confirmed(offset) else None
 
 
 def default_threads() -> int:
@@ -260,7 +264,9 @@ def _load(built: CPUBuild, lowered: LoweredProgram) -> _MachineCode:
         stages = [(info, _STAGE(engine.get_function_address(info.symbol))) for info in plan]
         if built.from_cache:  # never call address 0: a cached object must define every function
             symbols = [LLVMRenderer.entry] + [info.symbol for info in plan]
-            symbols += [LLVMRenderer.objects_entry] if built.array_data_offset is not None else []
+            if built.array_data_offset is not None:
+                symbols.append(LLVMRenderer.objects_entry)
+                symbols += [llvm_call.ENTRY] if llvm_call.renders_call_entry(lowered) else []
             missing = [name for name in symbols if not engine.get_function_address(name)]
             if missing:
                 raise CompileError(f"the cached machine code lacks {', '.join(missing)}")
