@@ -21,7 +21,7 @@ the inputs are the runtime's own arrays and are taken on trust.
 
 The code reads numpy's ``PyArrayObject`` fields at byte offsets from its ``data`` field, which
 the runtime confirms on live arrays at start-up (``runtime/native_call.array_layout_confirmed``),
-and reaches three things of the running process through symbols the runtime registers before
+and reaches the running process through symbols the runtime registers before
 loading any code (``SYMBOLS``): ``Py_IncRef``, ``PyEval_SaveThread`` and
 ``PyEval_RestoreThread``, the ``numpy.ndarray`` type and numpy's dtype objects.
 """
