@@ -37,6 +37,7 @@ read is still read.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
@@ -129,19 +130,30 @@ def compile_key(program, target: str, options: dict, environment: dict) -> str:
     return h.hexdigest()
 
 
+@functools.lru_cache(maxsize=None)
 def compiler_source_digest() -> str:
-    """A digest of the compiler's own source, so that a changed compiler never reuses code
-    cached by another build with the same version number."""
+    """A digest of the compiler's own source (every file's path and contents), so that a changed
+    compiler never reuses code cached by another build with the same version number. Read once
+    per process."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    files, folders = [], [root]
+    while folders:
+        with os.scandir(folders.pop()) as entries:
+            for e in entries:
+                if e.is_dir(follow_symlinks=False):
+                    folders.append(e.path)
+                elif e.name.endswith((".py", ".j2", ".h")):
+                    files.append(e.path[len(root) + 1:])
     h = hashlib.sha256()
-    for folder, dirs, files in sorted(os.walk(root)):
-        dirs.sort()
-        for name in sorted(files):
-            if name.endswith((".py", ".j2", ".h")):
-                path = os.path.join(folder, name)
-                h.update(os.path.relpath(path, root).encode())
-                with open(path, "rb") as f:
-                    h.update(f.read())
+    for name in sorted(files):
+        contents = hashlib.sha256()
+        fd = os.open(os.path.join(root, name), os.O_RDONLY | getattr(os, "O_BINARY", 0))
+        try:
+            while chunk := os.read(fd, 1 << 20):
+                contents.update(chunk)
+        finally:
+            os.close(fd)
+        h.update(name.replace(os.sep, "/").encode() + b"\0" + contents.digest())
     return h.hexdigest()
 
 
