@@ -2,12 +2,14 @@
 
 Every stage of every kernel (see ``transform.kernel_stages``) becomes an exported function
 ``<kernel>_s<j>(ptr bufs, i64 begin, i64 end, ptr err) -> i32`` that runs the slice
-``[begin, end)`` of the stage's parallel dimension; it calls an internal ``_impl`` that takes
-each buffer as its own ``noalias`` pointer, which lets LLVM hoist index arithmetic and
-vectorise. ``cinnlite_main(ptr bufs, ptr err) -> i32`` runs every stage whole, in order.
-``bufs`` is the table of buffer pointers in ``LoweredProgram.buffer_table()`` order; ``err``
-is the error record ``error_record.FIRST_FAILURE``, which a failed ``mode="raise"`` check
-fills (check id, flat position, index value) before the function returns 1.
+``[begin, end)`` of the stage's parallel dimension. Every load and store of a buffer carries
+alias-scope metadata saying that it touches none of the stage's other buffers (as ``noalias``
+arguments would, without a second function per stage for LLVM to optimise and inline), which
+lets LLVM hoist index arithmetic and vectorise. ``cinnlite_main(ptr bufs, ptr err) -> i32``
+runs every stage whole, in order. ``bufs`` is the table of buffer pointers in
+``LoweredProgram.buffer_table()`` order; ``err`` is the error record
+``error_record.FIRST_FAILURE``, which a failed ``mode="raise"`` check fills (check id, flat
+position, index value) before the function returns 1.
 """
 from __future__ import annotations
 
@@ -84,26 +86,35 @@ def stage_plan(program: LoweredProgram) -> list:
 
 
 class _KernelEmitter:
-    """Emits one stage as ``<name>_impl`` (buffers as noalias arguments) and the exported
-    wrapper ``<name>`` that reads the buffer table. Loop variables live in allocas;
+    """Emits one stage as the exported function ``<name>``: it reads its buffers' pointers from
+    the table once, and marks every load and store of a buffer with that buffer's alias scope
+    and the others' as ``noalias`` (what inlining a function with ``noalias`` arguments would
+    give), which lets LLVM hoist index arithmetic and vectorise. Loop variables live in allocas;
     mem2reg/SROA promote them. A Let's variables are the SSA values of their bindings."""
 
-    def __init__(self, module: ir.Module, stage, slots: dict, fn_name: str):
+    def __init__(self, module: ir.Module, stage, slots: dict, fn_name: str, domain):
         self.stage = stage
         self.buffers = buffers_of(stage)
-        n = len(self.buffers)
-        self.fn = ir.Function(module, ir.FunctionType(I32, [PTR] * n + [I64, I64, PTR]), fn_name + "_impl")
-        self.fn.linkage = "internal"
-        self.ptrs = {}
-        for arg, buf in zip(self.fn.args, self.buffers):
-            arg.name = safe_name(buf.name)
-            arg.add_attribute("noalias")
-            self.ptrs[buf.name] = arg
-        begin, end, err = self.fn.args[n:]
-        begin.name, end.name, err.name = "begin", "end", "err"
+        self.fn = fn = ir.Function(module, ir.FunctionType(I32, [PTR, I64, I64, PTR]), fn_name)
+        # Stages stay functions of their own: inlined into main, a program of thousands of
+        # stages would be one function that LLVM optimises in superlinear time. A call per
+        # stage costs nanoseconds.
+        fn.attributes.add("noinline")
+        table, begin, end, err = fn.args
+        table.name, begin.name, end.name, err.name = "bufs", "begin", "end", "err"
         self.err = err
-        self.entry = self.fn.append_basic_block("entry")
+        self.entry = fn.append_basic_block("entry")
         self.b = ir.IRBuilder(self.entry)
+        self.ptrs = {}
+        for buf in self.buffers:
+            slot = self.b.gep(table, [ir.Constant(I64, slots[buf.name])], source_etype=PTR)
+            self.ptrs[buf.name] = self.b.load(slot, typ=PTR, name=safe_name(buf.name))
+        scopes = [module.add_metadata([ir.MetaDataString(module, f"{fn_name}:{k}"), domain])
+                  for k in range(len(self.buffers))]
+        self.alias = {}  # buffer name -> (its scope, the other buffers' scopes or None)
+        for buf, scope in zip(self.buffers, scopes):
+            others = [s for s in scopes if s is not scope]
+            self.alias[buf.name] = (module.add_metadata([scope]), module.add_metadata(others) if others else None)
         self.vars: dict = {}
         self.lets: dict = {}
         self._shared = None  # while an expression is emitted: its nodes' values, by id
@@ -111,23 +122,14 @@ class _KernelEmitter:
             slot = self.b.alloca(I64, name=var.name)
             self.b.store(value, slot)
             self.vars[var] = slot
-        self._wrapper(module, slots, fn_name)
 
-    def _wrapper(self, module, slots, fn_name):
-        fn = ir.Function(module, ir.FunctionType(I32, [PTR, I64, I64, PTR]), fn_name)
-        # Stages stay functions of their own: inlined into main, a program of thousands of
-        # stages would be one function that LLVM optimises in superlinear time. A call per
-        # stage costs nanoseconds.
-        fn.attributes.add("noinline")
-        table, begin, end, err = fn.args
-        table.name, begin.name, end.name, err.name = "bufs", "begin", "end", "err"
-        b = ir.IRBuilder(fn.append_basic_block("entry"))
-        args = []
-        for buf in self.buffers:
-            slot = b.gep(table, [ir.Constant(I64, slots[buf.name])], source_etype=PTR)
-            args.append(b.load(slot, typ=PTR))
-        b.ret(b.call(self.fn, args + [begin, end, err]))
-        self.wrapper = fn
+    def _scoped(self, buf: Buffer, access):
+        """``access`` (a load or store of ``buf``) marked as not aliasing the stage's other buffers."""
+        scope, others = self.alias[buf.name]
+        access.set_metadata("alias.scope", scope)
+        if others is not None:
+            access.set_metadata("noalias", others)
+        return access
 
     # -- buffers -------------------------------------------------------------------------------
 
@@ -146,7 +148,7 @@ class _KernelEmitter:
         return self.b.gep(self.base(buf), [offset], inbounds=True, source_etype=memory_type(buf.dtype))
 
     def load(self, buf, indices):
-        v = self.b.load(self.address(buf, indices), typ=memory_type(buf.dtype))
+        v = self._scoped(buf, self.b.load(self.address(buf, indices), typ=memory_type(buf.dtype)))
         if buf.dtype.is_bool:
             v = self.b.icmp_unsigned("!=", v, ir.Constant(I8, 0))
         return v
@@ -154,7 +156,7 @@ class _KernelEmitter:
     def store(self, buf, indices, value):
         if buf.dtype.is_bool:
             value = self.b.zext(value, I8)
-        self.b.store(value, self.address(buf, indices))
+        self._scoped(buf, self.b.store(value, self.address(buf, indices)))
 
     # -- expressions ---------------------------------------------------------------------------
 
@@ -349,7 +351,7 @@ class _KernelEmitter:
         self.stmt(self.stage)
         if not self.b.block.is_terminated:
             self.b.ret(self.b.load(self._flag, typ=I32) if hasattr(self, "_flag") else ir.Constant(I32, 0))
-        return self.wrapper
+        return self.fn
 
 
 @dataclass(frozen=True)
@@ -390,8 +392,9 @@ class LLVMRenderer(Renderer):
         b = ir.IRBuilder(main.append_basic_block("entry"))
         flagged = b.alloca(I32, name="flagged")
         b.store(ir.Constant(I32, 0), flagged)
+        domain = module.add_metadata([ir.MetaDataString(module, "cinnlite buffers")])
         for info, stage in stage_plan(program):
-            fn = _KernelEmitter(module, stage, slots, info.symbol).emit()
+            fn = _KernelEmitter(module, stage, slots, info.symbol, domain).emit()
             args = [main.args[0], ir.Constant(I64, 0), ir.Constant(I64, info.extent), main.args[1]]
             if info.kind == "deferred_check":
                 # Only after a stage flagged a possibly bad index: find and report it.
