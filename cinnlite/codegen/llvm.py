@@ -413,9 +413,11 @@ class LLVMRenderer(Renderer):
         b.ret(ir.Constant(I32, 0))
         if self.array_data_offset is not None:
             self._objects_entry(module, main, len(slots), self.array_data_offset)
-        if any(b.dtype.is_float and b.dtype.bits == 16 for b in program.buffer_table()) or "half" in str(module):
+        text = str(module)  # writing the module out is a good part of rendering: done once if possible
+        if any(b.dtype.is_float and b.dtype.bits == 16 for b in program.buffer_table()) or "half" in text:
             add_half_support(module)
-        return str(module)
+            text = str(module)
+        return text
 
     def _objects_entry(self, module, main, n: int, offset: int):
         fn = ir.Function(module, ir.FunctionType(I32, [PTR] * (n + 1)), self.objects_entry)
