@@ -4,9 +4,10 @@ A key covers everything that changes the generated code: the program (structure,
 dtypes, attributes and constant contents), the target, the compile options, and what the target's
 backend names (for the CPU: the host CPU name and features, the cinnlite, llvmlite and LLVM
 versions; for every target, a digest of cinnlite's own source). A disk entry holds the lowered
-program, every stage's text and what the target built (the CPU's machine code; NVRTC's PTX and
-CUBIN for the CUDA targets, as far as they were built), so a hit in a new process skips
-lowering, the passes, rendering and building.
+program, the stage texts (but those an executable makes from the others when they are asked
+for, such as the CPU's optimised IR and assembly) and what the target built (the CPU's machine
+code; NVRTC's PTX and CUBIN for the CUDA targets, as far as they were built), so a hit in a new
+process skips lowering, the passes, rendering and building.
 
 The directory is ``$CINNLITE_CACHE_DIR`` if set (``off`` disables the disk cache), else
 ``$XDG_CACHE_HOME/cinnlite`` or ``~/.cache/cinnlite``. It holds the entries of every target,
