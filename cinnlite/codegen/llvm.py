@@ -23,7 +23,7 @@ from ..ir.loopnest import (Binary, Buffer, Cast, Cmp, Const, FlagIndexError, For
                            LoweredProgram, Reduce, ReportIndexError, Select, Seq, Store, Var)
 from ..ir.passes import RANGE_BEGIN, RANGE_END
 from ..ir.schedule_cpu import stage_extent, stage_work
-from ..ir.transform import buffers_of, kernel_stages
+from ..ir.transform import buffers_of, kernel_stages, map_stmt, walk_stmt
 from .error_record import FIRST_FAILURE
 from .llvm_support import add_half_support
 from .names import comment_text, safe_name
@@ -354,6 +354,21 @@ class _KernelEmitter:
         return self.fn
 
 
+def _checks_only(stage):
+    """``stage`` with every check id set to 0, if all it does is check indices (it stores
+    nothing); None if it stores anything. Two such stages that are equal check the same
+    conditions on the same values, and report the same positions and values."""
+    if any(isinstance(st, (Store, Reduce)) for st in walk_stmt(stage)):
+        return None
+
+    def clear(st):
+        if isinstance(st, ReportIndexError):
+            return ReportIndexError(0, st.position, st.value)
+        return FlagIndexError(0) if isinstance(st, FlagIndexError) else st
+
+    return map_stmt(stage, stmt_fn=clear)
+
+
 @dataclass(frozen=True)
 class LLVMModule(RenderedModule):
     """The LLVM IR of a program, and where its objects entry (if any) reads data pointers."""
@@ -393,7 +408,16 @@ class LLVMRenderer(Renderer):
         flagged = b.alloca(I32, name="flagged")
         b.store(ir.Constant(I32, 0), flagged)
         domain = module.add_metadata([ir.MetaDataString(module, "cinnlite buffers")])
+        previous = None  # the checks of the stage just before, if that is all it does
         for info, stage in stage_plan(program):
+            checks = _checks_only(stage)
+            repeated, previous = checks is not None and checks == previous, checks
+            if repeated:
+                # The same checks of the same indices as the stage just before, which passed
+                # them if this stage runs at all: nothing is left to do (a chain of fused
+                # takes through one index tensor checks it once per take).
+                self._nothing_to_do(module, info.symbol)
+                continue
             fn = _KernelEmitter(module, stage, slots, info.symbol, domain).emit()
             args = [main.args[0], ir.Constant(I64, 0), ir.Constant(I64, info.extent), main.args[1]]
             if info.kind == "deferred_check":
@@ -418,6 +442,13 @@ class LLVMRenderer(Renderer):
             add_half_support(module)
             text = str(module)
         return text
+
+    @staticmethod
+    def _nothing_to_do(module, name: str):
+        """The exported function of a stage that has nothing to do: it returns "done"."""
+        fn = ir.Function(module, ir.FunctionType(I32, [PTR, I64, I64, PTR]), name)
+        fn.attributes.add("noinline")
+        ir.IRBuilder(fn.append_basic_block("entry")).ret(ir.Constant(I32, OK))
 
     def _objects_entry(self, module, main, n: int, offset: int):
         fn = ir.Function(module, ir.FunctionType(I32, [PTR] * (n + 1)), self.objects_entry)
