@@ -1,12 +1,16 @@
-"""How the CPU target builds code: stages that repeat the checks just before them render as
-functions with nothing to do."""
+"""How the CPU target builds and loads code: stages that repeat the checks just before them
+render as functions with nothing to do, a disk cache hit loads the machine code without
+optimising or generating code, and the optimised IR and assembly are made when asked for."""
 import re
 
 import numpy as np
 import pytest
 
 import cinnlite as cl
+import cinnlite.backends.cpu as cpu_backend
 from cinnlite.codegen.llvm import stage_plan
+from cinnlite.runtime import cache as caches
+from cinnlite.runtime import cpu
 
 
 def take_chain(n, distinct=False):
@@ -63,3 +67,31 @@ def test_checks_of_different_indices_all_run():
     arrays["i2"][3] = -51
     with pytest.raises(cl.IndexOutOfRangeError, match=r"position \(3,\) of input 'i2'"):
         exe(**arrays)
+
+
+def test_a_cache_hit_neither_optimises_nor_generates_code(cache_dir, monkeypatch):
+    prog, arrays = take_chain(3)
+    first = cl.compile(prog)
+    want = first(**arrays)
+    opt_text, asm = first.source("llvm_opt"), first.source("asm")
+    del first
+    caches.MEMORY.clear()
+
+    loading = [True]
+    real_optimise, real_build = cpu.optimise, cpu_backend.build_module
+
+    def optimise(*args):
+        assert not loading[0], "a cache hit optimised code"
+        return real_optimise(*args)
+
+    def build_module(*args):
+        assert not loading[0], "a cache hit generated code"
+        return real_build(*args)
+
+    monkeypatch.setattr(cpu, "optimise", optimise)
+    monkeypatch.setattr(cpu_backend, "build_module", build_module)
+    exe = cl.compile(prog)
+    np.testing.assert_array_equal(exe(**arrays), want)
+    loading[0] = False
+    # The optimised module and its assembly are made again when asked for, and are the same.
+    assert exe.source("llvm_opt") == opt_text and exe.source("asm") == asm
