@@ -404,6 +404,8 @@ class LLVMRenderer(Renderer):
         module.data_layout = self.data_layout
         slots = {buf.name: i for i, buf in enumerate(program.buffer_table())}
         main = ir.Function(module, ir.FunctionType(I32, [PTR, PTR]), self.entry)
+        # The objects entry calls it rather than having a copy of it to optimise and generate.
+        main.attributes.add("noinline")
         b = ir.IRBuilder(main.append_basic_block("entry"))
         flagged = b.alloca(I32, name="flagged")
         b.store(ir.Constant(I32, 0), flagged)
