@@ -124,23 +124,32 @@ def print_memory(mem: dict, markdown: bool):
 
 def print_compile(comp: dict, markdown: bool):
     print("W8 compile time (fresh process each; CINNLITE_CACHE_DIR = a new empty directory for cold, "
-          "the same directory again for cached)")
+          f"then the same directory in one more process; medians of {comp.get('repeat', 1)} round(s))")
     print()
-    print(render_table(["what", "cold", "cached / again"], _compile_rows(comp), markdown))
-    print(f"  (cache directory held {comp['cache_files']} file(s) after the runs; "
-          "the W1 cold time includes one-time LLVM initialisation)")
+    print(render_table(["what", "cold", "from the disk cache"], _compile_rows(comp), markdown))
+    print(f"  (cache directory held {comp['cache_files']} file(s) after a round; a cold time of the first "
+          "compile of a process includes one-time LLVM initialisation)")
     print()
 
 
 def _compile_rows(comp: dict) -> list:
     rows = []
     cold, cached = comp["cinnlite_cold"], comp["cinnlite_cached"]
+    load = comp.get("cinnlite_load", {})
+    for key, what in (("one", "cinnlite one operator (take), first compile of a process"),
+                      ("chain", "cinnlite 20-operator chain, first compile of a process")):
+        c = comp.get(f"cinnlite_{key}")
+        if c is not None:
+            rows.append([what, c.get("error") or _fmt_time(c.get(key)), _fmt_time(load.get(key))])
     for wid in comp["programs"]:
         rows.append([f"cinnlite {wid} program", _fmt_time(cold.get(wid)), _fmt_time(cached.get(wid))])
     if "error" not in cold and "error" not in cached:
         rows.append(["cinnlite all six programs", _fmt_time(sum(cold.values())), _fmt_time(sum(cached.values()))])
     else:
         rows.append(["cinnlite", cold.get("error", ""), cached.get("error", "")])
+    if comp.get("cinnlite_load_each") is not None:
+        rows.append(["cinnlite disk cache load: first of a process / each later one", "",
+                     f"{_fmt_time(comp['cinnlite_load_first'])} / {_fmt_time(comp['cinnlite_load_each'])}"])
     if "tvm" in comp:
         t = comp["tvm"]
         if "error" in t:

@@ -2,12 +2,14 @@
 
 Every stage of every kernel (see ``transform.kernel_stages``) becomes an exported function
 ``<kernel>_s<j>(ptr bufs, i64 begin, i64 end, ptr err) -> i32`` that runs the slice
-``[begin, end)`` of the stage's parallel dimension; it calls an internal ``_impl`` that takes
-each buffer as its own ``noalias`` pointer, which lets LLVM hoist index arithmetic and
-vectorise. ``cinnlite_main(ptr bufs, ptr err) -> i32`` runs every stage whole, in order.
-``bufs`` is the table of buffer pointers in ``LoweredProgram.buffer_table()`` order; ``err``
-is the error record ``error_record.FIRST_FAILURE``, which a failed ``mode="raise"`` check
-fills (check id, flat position, index value) before the function returns 1.
+``[begin, end)`` of the stage's parallel dimension. Every load and store of a buffer carries
+alias-scope metadata saying that it touches none of the stage's other buffers (as ``noalias``
+arguments would, without a second function per stage for LLVM to optimise and inline), which
+lets LLVM hoist index arithmetic and vectorise. ``cinnlite_main(ptr bufs, ptr err) -> i32``
+runs every stage whole, in order. ``bufs`` is the table of buffer pointers in
+``LoweredProgram.buffer_table()`` order; ``err`` is the error record
+``error_record.FIRST_FAILURE``, which a failed ``mode="raise"`` check fills (check id, flat
+position, index value) before the function returns 1.
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ from ..ir.loopnest import (Binary, Buffer, Cast, Cmp, Const, FlagIndexError, For
 from ..ir.passes import RANGE_BEGIN, RANGE_END
 from ..ir.schedule_cpu import stage_extent, stage_work
 from ..ir.symbolic import is_symbol_load
-from ..ir.transform import buffers_of, kernel_stages
+from ..ir.transform import buffers_of, kernel_stages, map_stmt, walk_stmt
 from .error_record import FIRST_FAILURE
 from .llvm_call import add_call_entry, renders_call_entry
 from .llvm_support import add_half_support
@@ -86,51 +88,53 @@ def stage_plan(program: LoweredProgram) -> list:
 
 
 class _KernelEmitter:
-    """Emits one stage as ``<name>_impl`` (buffers as noalias arguments) and the exported
-    wrapper ``<name>`` that reads the buffer table. Loop variables live in allocas;
+    """Emits one stage as the exported function ``<name>``: it reads its buffers' pointers from
+    the table once, and marks every load and store of a buffer with that buffer's alias scope
+    and the others' as ``noalias`` (what inlining a function with ``noalias`` arguments would
+    give), which lets LLVM hoist index arithmetic and vectorise. Loop variables live in allocas;
     mem2reg/SROA promote them. A Let's variables are the SSA values of their bindings."""
 
-    def __init__(self, module: ir.Module, stage, slots: dict, fn_name: str):
+    def __init__(self, module: ir.Module, stage, slots: dict, fn_name: str, domain):
         self.stage = stage
         self.buffers = buffers_of(stage)
-        n = len(self.buffers)
-        self.fn = ir.Function(module, ir.FunctionType(I32, [PTR] * n + [I64, I64, PTR]), fn_name + "_impl")
-        self.fn.linkage = "internal"
-        self.ptrs = {}
-        for arg, buf in zip(self.fn.args, self.buffers):
-            arg.name = safe_name(buf.name)
-            arg.add_attribute("noalias")
-            self.ptrs[buf.name] = arg
-        begin, end, err = self.fn.args[n:]
-        begin.name, end.name, err.name = "begin", "end", "err"
-        self.err = err
-        self.entry = self.fn.append_basic_block("entry")
-        self.b = ir.IRBuilder(self.entry)
-        self.vars: dict = {}
-        self.lets: dict = {}
-        self.sizes: dict = {}  # symbolic sizes read at the entry (``symbol``)
-        self._shared = None  # while an expression is emitted: its nodes' values, by id
-        for var, value in ((RANGE_BEGIN, begin), (RANGE_END, end)):
-            slot = self.b.alloca(I64, name=var.name)
-            self.b.store(value, slot)
-            self.vars[var] = slot
-        self._wrapper(module, slots, fn_name)
-
-    def _wrapper(self, module, slots, fn_name):
-        fn = ir.Function(module, ir.FunctionType(I32, [PTR, I64, I64, PTR]), fn_name)
+        self.fn = fn = ir.Function(module, ir.FunctionType(I32, [PTR, I64, I64, PTR]), fn_name)
         # Stages stay functions of their own: inlined into main, a program of thousands of
         # stages would be one function that LLVM optimises in superlinear time. A call per
         # stage costs nanoseconds.
         fn.attributes.add("noinline")
         table, begin, end, err = fn.args
         table.name, begin.name, end.name, err.name = "bufs", "begin", "end", "err"
-        b = ir.IRBuilder(fn.append_basic_block("entry"))
-        args = []
+        self.err = err
+        self.entry = fn.append_basic_block("entry")
+        self.b = ir.IRBuilder(self.entry)
+        self.ptrs = {}
         for buf in self.buffers:
-            slot = b.gep(table, [ir.Constant(I64, slots[buf.name])], source_etype=PTR)
-            args.append(b.load(slot, typ=PTR))
-        b.ret(b.call(self.fn, args + [begin, end, err]))
-        self.wrapper = fn
+            slot = self.b.gep(table, [ir.Constant(I64, slots[buf.name])], source_etype=PTR)
+            self.ptrs[buf.name] = self.b.load(slot, typ=PTR, name=safe_name(buf.name))
+        scopes = [module.add_metadata([ir.MetaDataString(module, f"{fn_name}:{k}"), domain])
+                  for k in range(len(self.buffers))]
+        self.alias = {}  # buffer name -> (its scope, the other buffers' scopes or None)
+        for buf, scope in zip(self.buffers, scopes):
+            others = [s for s in scopes if s is not scope]
+            self.alias[buf.name] = (module.add_metadata([scope]), module.add_metadata(others) if others else None)
+        self.vars: dict = {}
+        self.lets: dict = {}
+        # Symbolic sizes, read once at the entry (see ``symbol``).
+        self.sizes = {buf.name: self.b.load(self.ptrs[buf.name], typ=I64, name=safe_name(buf.name) + ".size")
+                      for buf in self.buffers if is_symbol_load(Load(buf, ()))}
+        self._shared = None  # while an expression is emitted: its nodes' values, by id
+        for var, value in ((RANGE_BEGIN, begin), (RANGE_END, end)):
+            slot = self.b.alloca(I64, name=var.name)
+            self.b.store(value, slot)
+            self.vars[var] = slot
+
+    def _scoped(self, buf: Buffer, access):
+        """``access`` (a load or store of ``buf``) marked as not aliasing the stage's other buffers."""
+        scope, others = self.alias[buf.name]
+        access.set_metadata("alias.scope", scope)
+        if others is not None:
+            access.set_metadata("noalias", others)
+        return access
 
     # -- buffers -------------------------------------------------------------------------------
 
@@ -151,18 +155,13 @@ class _KernelEmitter:
         return self.b.gep(self.base(buf), [offset], inbounds=True, source_etype=memory_type(buf.dtype))
 
     def symbol(self, buf):
-        """A symbolic size, read once at the top of the function: every use is then a plain
-        loop-invariant value, which keeps loops over symbolic extents as vectorisable as
-        loops over numbers (a load in the loop would hide that from LLVM)."""
-        value = self.sizes.get(buf.name)
-        if value is None:
-            with self.b.goto_block(self.entry):
-                self.b.position_at_start(self.entry)
-                value = self.sizes[buf.name] = self.b.load(self.base(buf), typ=I64, name=safe_name(buf.name))
-        return value
+        """A symbolic size: read once at the top of the function, so that every use is a plain
+        loop-invariant value, which keeps loops over symbolic extents as vectorisable as loops
+        over numbers (a load in the loop would hide that from LLVM)."""
+        return self.sizes[buf.name]
 
     def load(self, buf, indices):
-        v = self.b.load(self.address(buf, indices), typ=memory_type(buf.dtype))
+        v = self._scoped(buf, self.b.load(self.address(buf, indices), typ=memory_type(buf.dtype)))
         if buf.dtype.is_bool:
             v = self.b.icmp_unsigned("!=", v, ir.Constant(I8, 0))
         return v
@@ -170,7 +169,7 @@ class _KernelEmitter:
     def store(self, buf, indices, value):
         if buf.dtype.is_bool:
             value = self.b.zext(value, I8)
-        self.b.store(value, self.address(buf, indices))
+        self._scoped(buf, self.b.store(value, self.address(buf, indices)))
 
     # -- expressions ---------------------------------------------------------------------------
 
@@ -367,7 +366,22 @@ class _KernelEmitter:
         self.stmt(self.stage)
         if not self.b.block.is_terminated:
             self.b.ret(self.b.load(self._flag, typ=I32) if hasattr(self, "_flag") else ir.Constant(I32, 0))
-        return self.wrapper
+        return self.fn
+
+
+def _checks_only(stage):
+    """``stage`` with every check id set to 0, if all it does is check indices (it stores
+    nothing); None if it stores anything. Two such stages that are equal check the same
+    conditions on the same values, and report the same positions and values."""
+    if any(isinstance(st, (Store, Reduce)) for st in walk_stmt(stage)):
+        return None
+
+    def clear(st):
+        if isinstance(st, ReportIndexError):
+            return ReportIndexError(0, st.position, st.value)
+        return FlagIndexError(0) if isinstance(st, FlagIndexError) else st
+
+    return map_stmt(stage, stmt_fn=clear)
 
 
 @dataclass(frozen=True)
@@ -406,11 +420,23 @@ class LLVMRenderer(Renderer):
         module.data_layout = self.data_layout
         slots = {buf.name: i for i, buf in enumerate(program.buffer_table())}
         main = ir.Function(module, ir.FunctionType(I32, [PTR, PTR]), self.entry)
+        # The objects entry calls it rather than having a copy of it to optimise and generate.
+        main.attributes.add("noinline")
         b = ir.IRBuilder(main.append_basic_block("entry"))
         flagged = b.alloca(I32, name="flagged")
         b.store(ir.Constant(I32, 0), flagged)
+        domain = module.add_metadata([ir.MetaDataString(module, "cinnlite buffers")])
+        previous = None  # the checks of the stage just before, if that is all it does
         for info, stage in stage_plan(program):
-            fn = _KernelEmitter(module, stage, slots, info.symbol).emit()
+            checks = _checks_only(stage)
+            repeated, previous = checks is not None and checks == previous, checks
+            if repeated:
+                # The same checks of the same indices as the stage just before, which passed
+                # them if this stage runs at all: nothing is left to do (a chain of fused
+                # takes through one index tensor checks it once per take).
+                self._nothing_to_do(module, info.symbol)
+                continue
+            fn = _KernelEmitter(module, stage, slots, info.symbol, domain).emit()
             # A symbolic extent: the stage's own loop bound ends it (see ``loop``).
             end = info.extent if isinstance(info.extent, int) else 2**63 - 1
             args = [main.args[0], ir.Constant(I64, 0), ir.Constant(I64, end), main.args[1]]
@@ -433,9 +459,18 @@ class LLVMRenderer(Renderer):
             self._objects_entry(module, main, len(slots), self.array_data_offset)
             if renders_call_entry(program):
                 add_call_entry(module, main, program, self.array_data_offset)
-        if any(b.dtype.is_float and b.dtype.bits == 16 for b in program.buffer_table()) or "half" in str(module):
+        text = str(module)  # writing the module out is a good part of rendering: done once if possible
+        if any(b.dtype.is_float and b.dtype.bits == 16 for b in program.buffer_table()) or "half" in text:
             add_half_support(module)
-        return str(module)
+            text = str(module)
+        return text
+
+    @staticmethod
+    def _nothing_to_do(module, name: str):
+        """The exported function of a stage that has nothing to do: it returns "done"."""
+        fn = ir.Function(module, ir.FunctionType(I32, [PTR, I64, I64, PTR]), name)
+        fn.attributes.add("noinline")
+        ir.IRBuilder(fn.append_basic_block("entry")).ret(ir.Constant(I32, OK))
 
     def _objects_entry(self, module, main, n: int, offset: int):
         fn = ir.Function(module, ir.FunctionType(I32, [PTR] * (n + 1)), self.objects_entry)

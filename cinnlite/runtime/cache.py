@@ -4,9 +4,10 @@ A key covers everything that changes the generated code: the program (structure,
 dtypes, attributes and constant contents), the target, the compile options, and what the target's
 backend names (for the CPU: the host CPU name and features, the cinnlite, llvmlite and LLVM
 versions; for every target, a digest of cinnlite's own source). A disk entry holds the lowered
-program, every stage's text and what the target built (the CPU's machine code; NVRTC's PTX and
-CUBIN for the CUDA targets, as far as they were built), so a hit in a new process skips
-lowering, the passes, rendering and building.
+program, the stage texts (but those an executable makes from the others when they are asked
+for, such as the CPU's optimised IR and assembly) and what the target built (the CPU's machine
+code; NVRTC's PTX and CUBIN for the CUDA targets, as far as they were built), so a hit in a new
+process skips lowering, the passes, rendering and building.
 
 The directory is ``$CINNLITE_CACHE_DIR`` if set (``off`` disables the disk cache), else
 ``$XDG_CACHE_HOME/cinnlite`` or ``~/.cache/cinnlite``. It holds the entries of every target,
@@ -37,6 +38,7 @@ read is still read.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
@@ -150,19 +152,30 @@ def compile_key(program, target: str, options: dict, environment: dict, structur
     return h.hexdigest()
 
 
+@functools.lru_cache(maxsize=None)
 def compiler_source_digest() -> str:
-    """A digest of the compiler's own source, so that a changed compiler never reuses code
-    cached by another build with the same version number."""
+    """A digest of the compiler's own source (every file's path and contents), so that a changed
+    compiler never reuses code cached by another build with the same version number. Read once
+    per process."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    files, folders = [], [root]
+    while folders:
+        with os.scandir(folders.pop()) as entries:
+            for e in entries:
+                if e.is_dir(follow_symlinks=False):
+                    folders.append(e.path)
+                elif e.name.endswith((".py", ".j2", ".h")):
+                    files.append(e.path[len(root) + 1:])
     h = hashlib.sha256()
-    for folder, dirs, files in sorted(os.walk(root)):
-        dirs.sort()
-        for name in sorted(files):
-            if name.endswith((".py", ".j2", ".h")):
-                path = os.path.join(folder, name)
-                h.update(os.path.relpath(path, root).encode())
-                with open(path, "rb") as f:
-                    h.update(f.read())
+    for name in sorted(files):
+        contents = hashlib.sha256()
+        fd = os.open(os.path.join(root, name), os.O_RDONLY | getattr(os, "O_BINARY", 0))
+        try:
+            while chunk := os.read(fd, 1 << 20):
+                contents.update(chunk)
+        finally:
+            os.close(fd)
+        h.update(name.replace(os.sep, "/").encode() + b"\0" + contents.digest())
     return h.hexdigest()
 
 

@@ -1,9 +1,11 @@
-"""The CPU runtime: LLVM IR -> optimised machine code through llvmlite's MCJIT.
+"""The CPU runtime: LLVM IR -> optimised machine code (an object file) through llvmlite, loaded
+by an MCJIT engine.
 
-The executable owns the execution engine and target machine for as long as it lives (the
-engine unmaps code when collected), calls ``cinnlite_main`` through a prepared ctypes
-signature, and never recompiles or re-validates the program per call. Parallel stages run on
-the process-wide pool of ``workers``.
+A compile optimises the module and makes an object file of it; a disk cache entry holds that
+object file, so loading one parses no LLVM IR and generates no code. The executable owns the
+engine that holds its code for as long as it lives (the engine unmaps it when collected), calls
+``cinnlite_main`` through a prepared ctypes signature, and never recompiles or re-validates the
+program per call. Parallel stages run on the process-wide pool of ``workers``.
 """
 from __future__ import annotations
 
@@ -75,22 +77,47 @@ if hasattr(os, "register_at_fork"):
     _quiesce_llvm_across_fork()
 
 
-def host_target_machine(opt: int = 3):
+@functools.lru_cache(maxsize=None)
+def _host() -> tuple:
+    """(triple, CPU name, CPU features) of this machine, asked of LLVM once."""
     llvm = _llvm()
-    target = llvm.Target.from_triple(llvm.get_process_triple())
-    return target.create_target_machine(cpu=llvm.get_host_cpu_name(),
-                                        features=llvm.get_host_cpu_features().flatten(),
-                                        opt=opt, codemodel="jitdefault", jit=True)
+    return llvm.get_process_triple(), llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
+
+
+def host_target_machine(opt: int = 3):
+    """A new target machine for this CPU at optimisation level ``opt``."""
+    llvm = _llvm()
+    triple, cpu, features = _host()
+    return llvm.Target.from_triple(triple).create_target_machine(cpu=cpu, features=features, opt=opt,
+                                                                 codemodel="jitdefault", jit=True)
+
+
+_TARGET_MACHINES: dict = {}
+
+
+def _target_machine(opt: int):
+    """The target machine that optimises modules and makes machine code at level ``opt``: one
+    per level for the life of the process (only ever used under ``_LOCK``)."""
+    tm = _TARGET_MACHINES.get(opt)
+    if tm is None:
+        tm = _TARGET_MACHINES[opt] = host_target_machine(opt)
+    return tm
 
 
 def optimise(module, tm, opt: int):
     """Run LLVM's default pipeline for ``opt`` on ``module``, and free the pipeline's objects
-    at once rather than whenever Python gets to them."""
+    at once rather than whenever Python gets to them.
+
+    Loops are vectorised (and vector loops interleaved) but not unrolled: the runtime unroller
+    copies every stage's loops several times over, which costs more to optimise and to turn
+    into machine code than anything else in a compile, for loops that move memory (gathers,
+    scatters, elementwise operators) and run no faster for it."""
     llvm = _llvm()
     pto = llvm.create_pipeline_tuning_options(speed_level=opt)
     try:
         pto.loop_vectorization = opt >= 2
         pto.slp_vectorization = opt >= 2
+        pto.loop_unrolling = False
         pb = llvm.create_pass_builder(tm, pto)
         try:
             mpm = pb.getModulePassManager()
@@ -173,8 +200,8 @@ def host_environment_uncached() -> dict:
     from .. import __version__
 
     llvm = _llvm()
-    return {"cpu": llvm.get_host_cpu_name(), "features": llvm.get_host_cpu_features().flatten(),
-            "triple": llvm.get_process_triple(), "llvmlite": llvmlite.__version__,
+    triple, cpu, features = _host()
+    return {"cpu": cpu, "features": features, "triple": triple, "llvmlite": llvmlite.__version__,
             "llvm": ".".join(map(str, llvm.llvm_version_info)), "cinnlite": __version__,
             "array_data_offset": array_data_offset(), "compiler_source": compiler_source_digest()}
 
@@ -186,93 +213,101 @@ _llvm()  # the CPU is the default target: pay LLVM's start-up at import, not at 
 def host_target() -> tuple:
     """(triple, data layout) that LLVM's target machine for this CPU names, for the renderer."""
     with _LOCK:
-        tm = host_target_machine()
+        tm = _target_machine(3)
         return tm.triple, str(tm.target_data)
 
 
 @dataclass
 class CPUBuild:
-    """A module's LLVM IR as rendered and as optimised, and what machine code comes from: the
-    optimised module and its target machine (a compile), or the machine code (a cache entry)."""
+    """A module's LLVM IR as rendered, and the machine code made of it: by a compile, or taken
+    from a disk cache entry. The optimised module's text is made again only when asked for."""
 
     llvm: str
-    llvm_opt: str
     opt_level: int
     array_data_offset: int | None   # where the objects entry reads a numpy array's data pointer
-    module: object = None           # the optimised llvmlite module; None from a cache entry
-    target_machine: object = None
-    object_code: bytes | None = None
-
-    @property
-    def from_cache(self) -> bool:
-        return self.module is None
+    object_code: bytes
+    from_cache: bool = False
 
 
 def build_module(text: str, opt_level: int, offset: int | None) -> CPUBuild:
-    """Parse, check and optimise the rendered LLVM IR ``text``."""
+    """Parse, check and optimise the rendered LLVM IR ``text``, and make machine code of it."""
     llvm = _llvm()
     with _LOCK:
-        tm = host_target_machine(opt_level)
+        tm = _target_machine(opt_level)
         try:
             module = llvm.parse_assembly(text)
             module.verify()
         except RuntimeError as exc:
             raise CompileError(f"LLVM rejected the generated module: {exc}") from exc
         optimise(module, tm, opt_level)
-        module.verify()
-        return CPUBuild(text, str(module), opt_level, offset, module, tm)
+        return CPUBuild(text, opt_level, offset, tm.emit_object(module))
 
 
 def build_from_entry(entry: dict, opt_level: int) -> CPUBuild:
     """The build a disk cache entry holds (see ``CPUExecutable.cache_entry``)."""
-    return CPUBuild(entry["llvm"], entry["llvm_opt"], opt_level, entry["array_data_offset"],
-                    object_code=entry["object"])
+    return CPUBuild(entry["llvm"], opt_level, entry["array_data_offset"], entry["object"], from_cache=True)
+
+
+def optimised_module(built_text: str, opt_level: int):
+    """The rendered module ``built_text`` optimised as a compile at ``opt_level`` optimises it:
+    for the ``llvm_opt`` and ``asm`` stages, made when asked for (the pipeline is deterministic,
+    so this is the module the machine code was made of). Call under ``_LOCK``."""
+    module = _llvm().parse_assembly(built_text)
+    optimise(module, _target_machine(opt_level), opt_level)
+    return module
+
+
+# -- loading machine code ---------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=None)
+def _empty_module_text() -> str:
+    return f'target triple = "{_host()[0]}"\n'
+
+
+def _engine(object_code: bytes):
+    """An MCJIT engine that holds ``object_code``, loaded and linked into the process, and
+    unmaps it when collected. The engine is given an empty module and, through its object
+    cache, the machine code to use for that module: nothing is parsed, optimised or generated.
+    Its target machine therefore makes no code either; the cheapest one will do (an engine
+    owns and frees the target machine it is given). Call under ``_LOCK``."""
+    llvm = _llvm()
+    tm = llvm.Target.from_triple(_host()[0]).create_target_machine(codemodel="jitdefault", jit=True)
+    engine = llvm.create_mcjit_compiler(llvm.parse_assembly(_empty_module_text()), tm)
+    engine.set_object_cache(None, lambda _module: object_code)
+    engine.finalize_object()
+    return engine
 
 
 @dataclass
 class _MachineCode:
     """A build loaded by MCJIT: the engine owns the code for as long as it lives."""
 
-    target_machine: object
     engine: object
-    module: object
-    object_code: bytes | None
     entry: int           # the address of cinnlite_main
+    objects_entry: int   # the address of cinnlite_main_objects, or 0
     stages: list         # (StageInfo, callable) in execution order
 
 
 def _load(built: CPUBuild, lowered: LoweredProgram) -> _MachineCode:
-    """JIT the build: machine code is generated from the optimised module, or taken as it is
-    from a cache entry, which must then define every function."""
-    llvm = _llvm()
+    """Load the build's machine code, which must define every function the runtime calls (a
+    cache entry that does not is an error, never a call to address 0)."""
+    plan = [info for info, _ in stage_plan(lowered)]
+    symbols = [LLVMRenderer.entry] + [info.symbol for info in plan]
+    if built.array_data_offset is not None:
+        symbols.append(LLVMRenderer.objects_entry)
+        symbols += [llvm_call.ENTRY] if llvm_call.renders_call_entry(lowered) else []
     with _LOCK:
-        tm, module = built.target_machine, built.module
-        if built.from_cache:
-            tm = host_target_machine(built.opt_level)
-            module = llvm.parse_assembly(built.llvm_opt)
-        objects = {} if built.object_code is None else {"obj": built.object_code}
-        engine = llvm.create_mcjit_compiler(module, tm)
-
-        def notify(_module, buffer):
-            objects["obj"] = bytes(buffer)
-
-        def getbuffer(_module):
-            return objects.get("obj")
-
-        engine.set_object_cache(notify, getbuffer)
-        engine.finalize_object()
-        address = engine.get_function_address(LLVMRenderer.entry)
-        plan = [info for info, _ in stage_plan(lowered)]
-        stages = [(info, _STAGE(engine.get_function_address(info.symbol))) for info in plan]
-        if built.from_cache:  # never call address 0: a cached object must define every function
-            symbols = [LLVMRenderer.entry] + [info.symbol for info in plan]
-            if built.array_data_offset is not None:
-                symbols.append(LLVMRenderer.objects_entry)
-                symbols += [llvm_call.ENTRY] if llvm_call.renders_call_entry(lowered) else []
-            missing = [name for name in symbols if not engine.get_function_address(name)]
-            if missing:
-                raise CompileError(f"the cached machine code lacks {', '.join(missing)}")
-    return _MachineCode(tm, engine, module, objects.get("obj"), address, stages)
+        try:
+            engine = _engine(built.object_code)
+        except RuntimeError as exc:
+            raise CompileError(f"cannot load the machine code: {exc}") from exc
+        address = {name: engine.get_function_address(name) for name in symbols}
+    missing = [name for name in symbols if not address[name]]
+    if missing:
+        raise CompileError(f"the machine code lacks {', '.join(missing)}")
+    stages = [(info, _STAGE(address[info.symbol])) for info in plan]
+    return _MachineCode(engine, address[LLVMRenderer.entry], address.get(LLVMRenderer.objects_entry, 0), stages)
 
 
 class CPUExecutable(Executable):
@@ -285,21 +320,23 @@ class CPUExecutable(Executable):
                  threads=None):
         self.threads = default_threads() if threads is None else check_threads(int(threads))
         code = _load(built, lowered)
-        self._tm, self._engine, self._module = code.target_machine, code.engine, code.module
-        self._object_code = code.object_code
+        self._engine = code.engine  # the machine code stays mapped for as long as the executable lives
+        self._object_code = built.object_code
+        self._opt_level = built.opt_level
         self._offset = offset = built.array_data_offset
         self._entry = _ENTRY(code.entry)
         self._entry_objects = None
         n_slots = len(lowered.buffer_table())
         if offset is not None:
             proto = ctypes.CFUNCTYPE(ctypes.c_int32, *([ctypes.py_object] * (n_slots + 1)))
-            self._entry_objects = proto(code.engine.get_function_address(LLVMRenderer.objects_entry))
+            self._entry_objects = proto(code.objects_entry)
         self._stages = code.stages
         self._parallel = self.threads > 1 and any(
             info.kind != "serial" and (not isinstance(info.work, int) or info.work >= PARALLEL_MIN_WORK)
             and (not isinstance(info.extent, int) or info.extent > 1) for info, _ in code.stages)
-        sources = {"graph": str(program), "lowered": lowered_text, "llvm": built.llvm, "llvm_opt": built.llvm_opt}
-        lazy = {"asm": CPUExecutable._asm}  # a function of the executable: a bound method would be a cycle
+        sources = {"graph": str(program), "lowered": lowered_text, "llvm": built.llvm}
+        # Functions of the executable: a bound method would be a cycle.
+        lazy = {"llvm_opt": CPUExecutable._llvm_opt, "asm": CPUExecutable._asm}
         for name, dump in pass_dumps:
             sources.setdefault(f"lowered:{name}", dump)
         super().__init__(program, lowered, sources, lazy)
@@ -309,18 +346,20 @@ class CPUExecutable(Executable):
         self._fast = NativeCall(call_entry, [name for name, _, _ in self._inputs], self._shapes) if call_entry else None
 
     def cache_entry(self) -> dict | None:
-        """What a disk cache stores to rebuild this executable without compiling."""
-        if self._object_code is None:
-            return None
+        """What a disk cache stores to rebuild this executable without compiling: the lowered
+        program and its text, the rendered module (``llvm_opt`` and ``asm`` are made from it
+        when asked for) and the machine code."""
         return {"lowered": self.lowered, "lowered_text": self._sources["lowered"], "llvm": self._sources["llvm"],
-                "llvm_opt": self._sources["llvm_opt"], "object": self._object_code,
-                "array_data_offset": self._offset}
+                "object": self._object_code, "array_data_offset": self._offset}
+
+    def _llvm_opt(self) -> str:
+        with _LOCK:
+            return str(optimised_module(self._sources["llvm"], self._opt_level))
 
     def _asm(self) -> str:
-        llvm = _llvm()
+        text = self.source("llvm_opt")
         with _LOCK:
-            mod = llvm.parse_assembly(self._sources["llvm_opt"])
-            return self._tm.emit_assembly(mod)
+            return _target_machine(self._opt_level).emit_assembly(_llvm().parse_assembly(text))
 
     def __call__(self, **inputs: np.typing.ArrayLike) -> Any:
         """Run on keyword arrays; returns the output array, or a tuple in output order.
