@@ -66,6 +66,8 @@ def resolve(value: int, size: int, mode: str):
     """The position an index value addresses on an axis of ``size``, or None where
     ``mode="fill"`` fills (or drops). ``mode="raise"`` raises IndexError when out of range."""
     value = int(value)
+    if mode == "clip" and size > 0:
+        return min(max(value, 0), size - 1)  # numpy's clip: negative values clip to 0
     if -size <= value < size:
         return value + size if value < 0 else value
     if mode == "raise":
@@ -224,9 +226,7 @@ class _Accumulator:
                 with np.errstate(all="ignore"):
                     out[t] = np.array(np.float64(total) / np.float64(n)).astype(dtype)
             else:
-                a = int(total)
-                quotient = abs(a) // n  # rounds toward zero
-                out[t] = np.array(-quotient if a < 0 else quotient).astype(dtype)
+                out[t] = np.array(int(total) // n).astype(dtype)  # the floor, as PyTorch
         return out
 
 

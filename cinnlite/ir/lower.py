@@ -67,9 +67,12 @@ class IndexValue:
             # The check proves the range, so any in-bounds guard will do: on a power-of-two
             # axis the wrap below is a mask, cheaper than a clamp, and equal on valid values.
             mode = "wrap"
-        if mode in ("raise", "clip"):
-            # raise: the check nest has proven the range; clamping keeps memory safe regardless.
+        if mode == "raise":
+            # The check nest has proven the range; clamping keeps memory safe regardless.
             self.index = minimum(maximum(wrapped_neg, const(0)), _minus_one(size))
+        elif mode == "clip":
+            # numpy's clip: every negative value, -1 included, clips to 0.
+            self.index = minimum(maximum(v, const(0)), _minus_one(size))
         elif mode == "wrap":
             r = Binary("mod", v, s)
             self.index = Select(Cmp("lt", r, const(0)), Binary("add", r, s), r)
@@ -228,10 +231,17 @@ def mean_stages(x, out, init_vars, finish_vars, target, value, update_nest):
     init = loop_nest(z, out.shape, Seq((Store(total, z, Cast(wide, Load(x, z))), Store(count, z, const(0)))))
     update = Seq((Reduce(total, target, Cast(wide, value), "add"), Reduce(count, target, const(1), "add")))
     n = Load(count, f)
-    # Integers: int64 division rounds toward zero, and the quotient is no larger than the
-    # sum, so it fits back. Floats: the float64 quotient, rounded once more to the data dtype.
+    # Integers: the floor of the quotient (PyTorch's integer scatter mean), which is no larger
+    # in magnitude than the sum, so it fits back. Floats: the float64 quotient, rounded once
+    # more to the data dtype.
     divide_in = float64 if out.dtype.is_float else int64
-    quotient = Binary("div", Cast(divide_in, Load(total, f)), Cast(divide_in, Binary("add", n, const(1))))
+    dividend, divisor = Cast(divide_in, Load(total, f)), Cast(divide_in, Binary("add", n, const(1)))
+    quotient = Binary("div", dividend, divisor)
+    if not out.dtype.is_float:
+        # int64 division truncates; the divisor is positive, so a negative remainder means the
+        # floor is one less.
+        remainder = Binary("sub", dividend, Binary("mul", quotient, divisor))
+        quotient = Select(Cmp("lt", remainder, const(0)), Binary("sub", quotient, const(1)), quotient)
     mean = Select(Cmp("gt", n, const(0)), Cast(out.dtype, quotient), Load(x, f))
     finish = loop_nest(f, out.shape, Store(out, f, mean))
     return (total, count), (init, update_nest(update), finish)

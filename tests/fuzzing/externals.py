@@ -32,14 +32,13 @@ def _resolved(step: Step, env, allow_negative: bool):
     sizes = np.broadcast_to(addressed_sizes(step, env), raw.shape).astype(np.int64)
     inside = (raw >= -sizes) & (raw < sizes)
     mode = step.kwargs.get("mode", "raise")
+    if mode == "clip":
+        return np.clip(raw, 0, np.maximum(sizes - 1, 0))  # numpy's clip: negatives go to 0
     if inside.all():
         return raw if allow_negative else np.where(raw < 0, raw + sizes, raw)
     if mode in ("raise", "fill"):
         raise ExternalCannot(f"{mode} with an out-of-range index")
-    if mode == "clip":
-        out = np.where(raw < -sizes, 0, np.where(raw >= sizes, sizes - 1, raw))
-    else:
-        out = np.where(inside, raw, raw % np.maximum(sizes, 1))
+    out = np.where(inside, raw, raw % np.maximum(sizes, 1))
     return out if allow_negative else np.where(out < 0, out + sizes, out)
 
 
