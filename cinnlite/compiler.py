@@ -118,11 +118,14 @@ def _loaded(job: Compilation):
     target and options, the static program of sizes its generic code does not serve."""
     exe = job.backend.load(job)
     if exe.symbolic:
-        o = job.options
-        exe._shapes.compile_static = functools.partial(compile, target=job.target, opt_level=o.opt_level,
-                                                       deterministic=o.deterministic, threads=o.threads,
-                                                       fuse=o.fuse, cache=o.cache)
+        exe._shapes.compile_static = _static_compiler(job.target, job.options, job.options.cache)
     return exe
+
+
+def _static_compiler(target, o: CompileOptions, cache: bool = True):
+    """``compile`` of another program with the same target and options."""
+    return functools.partial(compile, target=target, opt_level=o.opt_level, deterministic=o.deterministic,
+                             threads=o.threads, fuse=o.fuse, cache=cache)
 
 
 # -- the compile cache ----------------------------------------------------------------------------
@@ -190,7 +193,9 @@ def _generic(job: Compilation):
     if generic is None:
         return None  # (a structure whose sizes do not generalise compiles each size statically)
     o = job.options
-    exe = compile(generic, job.target, o.opt_level, o.deterministic, o.threads, o.fuse, cache=True)
+    # Cached under the structure's key only: one entry per structure, not one more per program.
+    exe = compile(generic, job.target, o.opt_level, o.deterministic, o.threads, o.fuse, cache=False)
+    exe._shapes.compile_static = _static_compiler(job.target, o)
     caches.MEMORY.put((skey, o.threads), exe)
     disk = caches.disk_cache()
     if disk is not None:

@@ -24,7 +24,9 @@ from cinnlite.runtime import cpu
 
 
 def program(width=4):
-    b = NetBuilder("cached")
+    # A name per width: programs that differ only in sizes would share one shape-generic entry
+    # (see test_symbolic.py); these tests need one entry per program.
+    b = NetBuilder(f"cached_{width}")
     x = b.create_input("float32", (10, width), "x")
     i = b.create_input("int64", (6,), "i")
     return b.build([b.take(x, i, axis=0, mode="wrap")])
@@ -291,8 +293,10 @@ def test_the_codec_knows_every_ir_class():
 
     from cinnlite.ir import codec, loopnest
 
-    classes = {c for c in vars(loopnest).values()
-               if isinstance(c, type) and dataclasses.is_dataclass(c) and c.__module__ == loopnest.__name__}
+    from cinnlite.ir import graph, symbolic
+
+    classes = {c for module in (loopnest, graph, symbolic) for c in vars(module).values()
+               if isinstance(c, type) and dataclasses.is_dataclass(c) and c.__module__ == module.__name__}
     assert classes == set(codec.NODE_CLASSES.values())
 
 
