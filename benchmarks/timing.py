@@ -75,14 +75,19 @@ def warm_up(ready: list, args):
                 break
 
 
-def interleaved_rounds(ready: list, args) -> dict:
+def interleaved_rounds(ready: list, args, pause_s: float = 0.0, alternate: bool = False) -> dict:
     """Samples per implementation (keyed by ``id(entry)``): ``args.repeat`` rounds of one call
-    each, stopping early once the budget for all of them is spent (after at least 3 rounds)."""
+    each, stopping early once the budget for all of them is spent (after at least 3 rounds).
+    ``pause_s``: a sleep before every call, so that one call's tail (threads going idle, other
+    processes catching up) does not land on the next; ``alternate``: every other round runs the
+    implementations in reverse order, so that none always follows the same one."""
     samples = {id(entry): [] for entry, _ in ready}
     gc.collect()
     start = time.perf_counter()
     for done in range(1, args.repeat + 1):
-        for entry, impl in ready:
+        for entry, impl in (ready[::-1] if alternate and done % 2 == 0 else ready):
+            if pause_s:
+                time.sleep(pause_s)
             t0 = time.perf_counter()
             impl.run()
             samples[id(entry)].append(time.perf_counter() - t0)

@@ -71,7 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
     emit.add_argument("--target", "-t", choices=TARGETS, default=None,
                       help=f"compile target (default: the first of {', '.join(TARGETS)} that has the stage)")
     emit.add_argument("--shape", action="append", default=[], metavar="NAME=D0,D1,...",
-                      help="a static shape for a graph input the model leaves symbolic; repeat as needed")
+                      help="a static shape for a graph input the model leaves symbolic (without it, a "
+                           "symbolic dimension stays a symbol); repeat as needed")
     return parser
 
 

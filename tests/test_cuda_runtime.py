@@ -278,3 +278,56 @@ def test_device_memory_is_released_with_the_executable(fake_gpu):
     del exe
     gc.collect()
     assert allocated <= set(fake_gpu.freed)
+
+
+def symbolic_program():
+    """take -> multiply -> scatter_nd over symbolic sizes (winner and atomics, an int64 winner)."""
+    b = NetBuilder("symbolic")
+    x = b.create_input("float32", ("N", 8), "x")
+    i = b.create_input("int32", ("E",), "i")
+    d = b.create_input("int64", ("E",), "d")
+    m = b.multiply(b.take(x, i, axis=0), b.constant(np.float32(0.5)))
+    idx = b.reshape(d, ("E", 1))
+    return b.build([b.scatter_nd(x, idx, m, reduce="add"), b.scatter_nd(x, idx, m), b.reshape(m, (-1,))])
+
+
+def symbolic_feeds(e, n, seed=0):
+    rng = np.random.default_rng(seed)
+    return dict(x=(rng.integers(-8, 9, (n, 8)) / 4).astype(np.float32), i=rng.integers(-n, n, e).astype(np.int32),
+                d=rng.integers(-n, n, e))
+
+
+def test_symbolic_sizes_are_bound_per_call(fake_gpu):
+    prog = symbolic_program()
+    exe = on_fake_gpu(fake_gpu, prog)
+    assert exe.symbolic
+    cpu = cl.compile(prog, target="cpu")
+    # Sizes grow (buffers are reallocated), shrink (the bigger buffers serve) and come back.
+    for k, (e, n) in enumerate([(7, 5), (3001, 97), (13, 11), (1, 1), (3001, 97), (7, 5)]):
+        if k == 2:
+            grown = len(fake_gpu.memory)
+        feeds = symbolic_feeds(e, n, seed=e)
+        before = len(fake_gpu.launches)
+        want, got = cpu.run(feeds), exe.run(feeds)
+        for name in want:
+            np.testing.assert_array_equal(got[name], want[name], err_msg=f"{name} E={e} N={n}")
+        plan = exe._shapes.plan_for(feeds, exe)
+        launched = fake_gpu.launches[before:]
+        assert [name for name, _, _ in launched] == [l.name for l in exe.module.launches]
+        for (_, grid, block), launch in zip(launched, exe.module.launches):
+            assert block == 256 and grid == min(-(-plan.size_of(launch.items) // 256), 2 * 32)
+    assert len(fake_gpu.memory) == grown  # no allocation after the biggest sizes
+    bad = symbolic_feeds(13, 11)
+    bad["i"][5] = 11
+    with pytest.raises(cl.IndexOutOfRangeError) as gpu_err:
+        exe.run(bad)
+    with pytest.raises(cl.IndexOutOfRangeError) as cpu_err:
+        cpu.run(bad)
+    assert str(gpu_err.value) == str(cpu_err.value)
+    assert exe.time_kernels(symbolic_feeds(7, 5), repeat=2, warmup=1) == [0.25e-3] * 2
+    import gc
+
+    allocated = set(fake_gpu.memory)  # every allocation, the outgrown ones included, is freed
+    del exe, gpu_err  # (the error's traceback holds the executable)
+    gc.collect()
+    assert allocated <= set(fake_gpu.freed)

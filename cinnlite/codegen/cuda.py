@@ -8,7 +8,10 @@ Expressions, statements and index arithmetic are rendered here, in Python.
 
 Every top-level statement of a kernel (after :mod:`cinnlite.ir.schedule_gpu`) is one launch: its
 ``gpu.grid`` loops become one flat loop over ``items`` work items, each thread taking items
-``tid, tid + stride, ...``; the item is split back into the loop variables row-major. On the GPU a
+``tid, tid + stride, ...``; the item is split back into the loop variables row-major. A symbolic
+size (``cinnlite.ir.symbolic``) is a load of its int64 scalar buffer (``#E``), a kernel parameter
+like any other buffer, so item counts, the split and strides may be run-time values; the host
+computes such a launch's item count per call. On the GPU a
 ``Reduce`` is atomic and a ``Store`` plain; ``ReportIndexError`` records the smallest bad position
 of its check, and the index value there, in the error buffer (one ``error_record.PER_CHECK``
 record per check).
@@ -28,15 +31,17 @@ import numpy as np
 
 from ..dtypes import DType, float16, int64
 from ..errors import CompileError
-from ..ir.loopnest import (Binary, Buffer, Cast, Cmp, Const, For, If, Let, Load, LoweredProgram, Reduce,
-                           ReportIndexError, Select, Seq, Store, Var)
+from ..ir.loopnest import (Binary, Buffer, Cast, Cmp, Const, Expr, For, If, Let, Load, LoweredProgram, Reduce,
+                           ReportIndexError, Select, Seq, Store, Var, dim_mul)
+from ..ir.printer import expr_str
+from ..ir.symbolic import SYMBOL_BUFFER_PREFIX
 from ..ir.schedule_gpu import grid_chain
 from ..ir.transform import (buffers_of, let_vars, stmt_vars, top_level, walk_expr, walk_stmt,
                             written_buffers)
 from .c_family import (ERROR_BUFFER, ERROR_BUFFER_CTYPE, TEMPLATES, memory_ctype, pointer_from, pointer_in_params,
                        pointer_param, value_ctype)
 from .error_record import PER_CHECK
-from .names import safe_name
+from .names import comment_text, safe_name
 from .renderer import RenderedModule, Renderer
 
 BLOCK = 256  # threads per block; also the kernels' __launch_bounds__
@@ -72,7 +77,8 @@ class Launch:
 
     name: str          # the kernel symbol
     kernel: str        # the loop-nest kernel (graph node) it belongs to
-    items: int         # work items of its flat grid-stride loop
+    items: object      # work items of its flat grid-stride loop: an int, or an int64 IR expression
+                       # over symbol buffers (a symbolic size), evaluated per call
     buffers: tuple     # the buffer names it takes, in parameter order
     slots: tuple       # their slots in LoweredProgram.buffer_table()
     ctypes: tuple      # their element C types
@@ -247,9 +253,16 @@ class _Emitter:
         return f"(({value_ctype(dtype)}){v})"
 
     def element(self, buf: Buffer, indices) -> str:
-        """``name[offset]``: the row-major offset of ``indices`` in ``buf`` (64-bit)."""
+        """``name[offset]``: the row-major offset of ``indices`` in ``buf`` (64-bit). A stride
+        of a symbolic shape is an expression, rendered as an index (it reads a symbol buffer)."""
         terms, fixed = [], 0
         for idx, stride in zip(indices, buf.strides):
+            if isinstance(stride, Expr):
+                if isinstance(idx, Const) and int(idx.value) == 0:
+                    continue
+                factor = self.const(int(idx.value), int64) if isinstance(idx, Const) else self.index(idx)
+                terms.append(f"{factor} * {self.index(stride)}")
+                continue
             if isinstance(idx, Const):
                 fixed += int(idx.value) * stride
                 continue
@@ -379,16 +392,42 @@ class _Emitter:
 # -- launches and the module --------------------------------------------------------------------
 
 
-def _split_item(extents) -> list:
-    """The row-major decomposition of ``cl_item`` into one index per extent."""
+def _product(sizes):
+    """The product of sizes (ints, or int64 expressions of symbolic sizes): an int when every
+    one is."""
+    out = 1
+    for d in sizes:
+        out = dim_mul(out, d)
+    return out
+
+
+def _c_size(size, render) -> str:
+    """A size in C: ``123LL``, or the rendering of its expression by ``render``."""
+    return f"{size}LL" if isinstance(size, int) else render(size)
+
+
+def _size_text(size) -> str:
+    """A size for a comment: ``64``, ``#E``, ``(64 x #E)``."""
+    return str(size) if isinstance(size, int) else comment_text(expr_str(size).replace(" * ", " x "))
+
+
+def _split_item(extents, render=None) -> list:
+    """The row-major decomposition of ``cl_item`` into one index per extent; ``render`` renders
+    the extents that are expressions."""
     out = []
     for j, extent in enumerate(extents):
-        inner = math.prod(extents[j + 1:])
-        value = "cl_item" if inner == 1 else f"cl_item / {inner}LL"
+        inner = _product(extents[j + 1:])
+        unit = isinstance(inner, int) and inner == 1
+        value = "cl_item" if unit else f"cl_item / {_c_size(inner, render)}"
         if j > 0:
-            value = f"{value} % {extent}LL" if inner == 1 else f"({value}) % {extent}LL"
+            value = f"{value} % {_c_size(extent, render)}" if unit else f"({value}) % {_c_size(extent, render)}"
         out.append(value)
     return out
+
+
+def _symbol_cname(name: str) -> str:
+    """The C parameter name of a symbol buffer: ``#E`` is ``sym_E``."""
+    return "sym_" + safe_name(name[len(SYMBOL_BUFFER_PREFIX):])
 
 
 class CUDARenderer(Renderer):
@@ -415,7 +454,7 @@ class CUDARenderer(Renderer):
                 text, launch = self._launch(kernel, stmt, name, slots, helpers, reported)
                 texts.append(text)
                 launches.append(launch)
-        plan = [dict(name=l.name, total=l.items, args=list(l.buffers), errors=l.errors) for l in launches]
+        plan = [dict(name=l.name, total=_size_text(l.items), args=list(l.buffers), errors=l.errors) for l in launches]
         source = TEMPLATES.get_template("module.cu.j2").render(
             program=program.name, deterministic=self.deterministic, launches=plan, block=self.block,
             num_checks=len(program.checks), error_slots=PER_CHECK.size, needs=helpers.needs, functions=list(helpers.functions.values()),
@@ -425,11 +464,13 @@ class CUDARenderer(Renderer):
 
     def _launch(self, kernel, stmt, name, slots, helpers, reported):
         loops, body = grid_chain(stmt)
-        if not loops or not all(isinstance(l.extent, Const) for l in loops):
+        if not loops:
             raise CompileError(f"CUDA renderer, kernel {kernel.name}: a launch is not bound to the grid "
                                "(run a GPU pipeline first)")
-        extents = [int(l.extent.value) for l in loops]
-        buffers, written = buffers_of(body), written_buffers(body)
+        # An extent is an int, or the int64 expression of a symbolic size (it reads symbol buffers,
+        # which buffers_of(stmt) then holds: the grid loops' extents are part of the launch).
+        extents = [int(l.extent.value) if isinstance(l.extent, Const) else l.extent for l in loops]
+        buffers, written = buffers_of(stmt), written_buffers(body)
         buffers.sort(key=lambda b: slots[b.name])
         var_names = {l.var.name for l in loops} | {s.var.name for s in walk_stmt(body) if isinstance(s, For)}
         var_names |= {v.name for v in let_vars(body)}
@@ -438,7 +479,7 @@ class CUDARenderer(Renderer):
                 raise CompileError(f"CUDA renderer: variable name {v!r} is not a safe C identifier")
         names, taken = {}, set(var_names)
         for b in buffers:
-            cname = safe_name(b.name)
+            cname = _symbol_cname(b.name) if b.name.startswith(SYMBOL_BUFFER_PREFIX) else safe_name(b.name)
             if not _IDENT.fullmatch(cname) or cname in _RESERVED or cname.startswith(("cl_", "_")):
                 cname = f"b_{cname}"
             while cname in taken:
@@ -453,11 +494,12 @@ class CUDARenderer(Renderer):
         if has_errors:
             params.append(pointer_param(ERROR_BUFFER_CTYPE, ERROR_BUFFER))
         used = {v.name for v in stmt_vars(body)}
-        grid_vars = [(l.var.name, value) for l, value in zip(loops, _split_item(extents)) if l.var.name in used]
-        items = math.prod(extents)
-        comment = f"{kernel.op} '{kernel.name}': {' x '.join(map(str, extents))} items"
+        grid_vars = [(l.var.name, value) for l, value in zip(loops, _split_item(extents, emitter.index))
+                     if l.var.name in used]
+        items = _product(extents)
+        comment = f"{kernel.op} '{kernel.name}': {' x '.join(map(_size_text, extents))} items"
         text = TEMPLATES.get_template("kernel.cu.j2").render(
-            comment=comment, block=self.block, name=name, params=params, total=items,
+            comment=comment, block=self.block, name=name, params=params, total=_c_size(items, emitter.index),
             grid_vars=grid_vars, body="\n".join(lines))
         launch = Launch(name, kernel.name, items, tuple(b.name for b in buffers),
                         tuple(slots[b.name] for b in buffers), tuple(memory_ctype(b.dtype) for b in buffers),
@@ -473,7 +515,10 @@ def render_emu_launcher(module: CudaModule) -> str:
     for l in module.launches:
         from_table = [pointer_from(c, f"cl_table[{s}]") for s, c in zip(l.slots, l.ctypes)]
         ctypes = list(l.ctypes) + ([ERROR_BUFFER_CTYPE] if l.errors else [])
-        launches.append(dict(name=l.name, total=l.items, from_table=from_table + ([ERROR_BUFFER] if l.errors else []),
+        # A symbolic item count reads the symbol buffers, which the launch takes, from the table.
+        names = {b: f"({pointer_from(c, f'cl_table[{s}]')})" for b, s, c in zip(l.buffers, l.slots, l.ctypes)}
+        total = _c_size(l.items, _Emitter(_Helpers(), names).index)
+        launches.append(dict(name=l.name, total=total, from_table=from_table + ([ERROR_BUFFER] if l.errors else []),
                              from_params=[pointer_in_params(c, k) for k, c in enumerate(ctypes)]))
     return TEMPLATES.get_template("emu_launcher.cpp.j2").render(launches=launches, block=module.block,
                                                                 errors=ERROR_BUFFER, errors_ctype=ERROR_BUFFER_CTYPE)

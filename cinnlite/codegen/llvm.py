@@ -21,6 +21,7 @@ from ..ir.loopnest import (Binary, Buffer, Cast, Cmp, Const, FlagIndexError, For
                            LoweredProgram, Reduce, ReportIndexError, Select, Seq, Store, Var)
 from ..ir.passes import RANGE_BEGIN, RANGE_END
 from ..ir.schedule_cpu import stage_extent, stage_work
+from ..ir.symbolic import is_symbol_load
 from ..ir.transform import buffers_of, kernel_stages
 from .error_record import FIRST_FAILURE
 from .llvm_support import add_half_support
@@ -106,6 +107,7 @@ class _KernelEmitter:
         self.b = ir.IRBuilder(self.entry)
         self.vars: dict = {}
         self.lets: dict = {}
+        self.sizes: dict = {}  # symbolic sizes read at the entry (``symbol``)
         self._shared = None  # while an expression is emitted: its nodes' values, by id
         for var, value in ((RANGE_BEGIN, begin), (RANGE_END, end)):
             slot = self.b.alloca(I64, name=var.name)
@@ -147,6 +149,17 @@ class _KernelEmitter:
             offset = ir.Constant(I64, 0)
         return self.b.gep(self.base(buf), [offset], inbounds=True, source_etype=memory_type(buf.dtype))
 
+    def symbol(self, buf):
+        """A symbolic size, read once at the top of the function: every use is then a plain
+        loop-invariant value, which keeps loops over symbolic extents as vectorisable as
+        loops over numbers (a load in the loop would hide that from LLVM)."""
+        value = self.sizes.get(buf.name)
+        if value is None:
+            with self.b.goto_block(self.entry):
+                self.b.position_at_start(self.entry)
+                value = self.sizes[buf.name] = self.b.load(self.base(buf), typ=I64, name=safe_name(buf.name))
+        return value
+
     def load(self, buf, indices):
         v = self.b.load(self.address(buf, indices), typ=memory_type(buf.dtype))
         if buf.dtype.is_bool:
@@ -186,6 +199,8 @@ class _KernelEmitter:
             if e in self.lets:
                 return self.lets[e]
             return b.load(self.vars[e], typ=I64)
+        if is_symbol_load(e):
+            return self.symbol(e.buffer)
         if isinstance(e, Load):
             return self.load(e.buffer, e.indices)
         if isinstance(e, Binary):

@@ -19,11 +19,11 @@ import numpy as np
 from ..dtypes import bool_, float16, float32, float64, int64
 from ..errors import CompileError
 from .graph import Node, Program
-from .loopnest import (Binary, Buffer, Cast, Cmp, Const, If, IndexCheck, Kernel, Load,
+from .loopnest import (Binary, Buffer, Cast, Cmp, Const, Expr, If, IndexCheck, Kernel, Load,
                        LoweredProgram, Reduce, ReportIndexError, Select, Seq, Store, Var, as_expr, const,
                        logical_and, maximum, minimum)
-from .symbolic import dim_expr, symbol_buffer
-from .transform import flat_position, loop_nest
+from .symbolic import SYMBOL_BUFFER_PREFIX, dim_expr, symbol_buffer
+from .transform import buffers_of, flat_position, loop_nest, walk_expr
 
 
 #: The type a scatter's ``reduce="mean"`` sums float data in (SEMANTICS.md); integers use int64.
@@ -139,8 +139,18 @@ class LoweringContext:
 
 
 def make_kernel(node: Node, body, temps=(), checks=(), pure=True) -> Kernel:
-    """The kernel of ``node``: its inputs and output as parameters, ``body`` its loop nests."""
-    params = tuple(buffer_of(t) for t in node.inputs) + (buffer_of(node.output),)
+    """The kernel of ``node``: its inputs, the symbolic sizes its loops and buffers read, and its
+    output as parameters; ``body`` its loop nests."""
+    params = tuple(buffer_of(t) for t in node.inputs)
+    output = buffer_of(node.output)
+    symbols = {b.name: b for b in buffers_of(body) if b.name.startswith(SYMBOL_BUFFER_PREFIX)}
+    for b in params + (output,):
+        for d in b.shape:
+            for x in walk_expr(d) if isinstance(d, Expr) else ():
+                if isinstance(x, Load):
+                    symbols.setdefault(x.buffer.name, x.buffer)
+    named = {b.name for b in params}
+    params += tuple(b for name, b in symbols.items() if name not in named) + (output,)
     return Kernel(node.output.name, node.op, params, buffer_of(node.output), body, tuple(temps),
                   tuple(checks), pure)
 

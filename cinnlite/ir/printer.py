@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from .graph import display_name
-from .symbolic import SYMBOL_BUFFER_PREFIX
+from .symbolic import is_symbol_load
 from .loopnest import (Binary, Cast, Cmp, Const, FlagIndexError, For, If, Kernel, Let, Load, LoweredProgram,
                        Reduce, ReportIndexError, Select, Seq, Store, Var)
 
@@ -27,7 +27,7 @@ def expr_str(e) -> str:
         return f"select({expr_str(e.cond)}, {expr_str(e.a)}, {expr_str(e.b)})"
     if isinstance(e, Cast):
         return f"{e.to}({expr_str(e.a)})"
-    if isinstance(e, Load) and not e.indices and e.buffer.name.startswith(SYMBOL_BUFFER_PREFIX):
+    if is_symbol_load(e):
         return e.buffer.name  # a symbolic size: #E
     if isinstance(e, Load):
         return f"{display_name(e.buffer.name)}[{', '.join(expr_str(i) for i in e.indices)}]"

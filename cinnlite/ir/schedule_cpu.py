@@ -17,6 +17,7 @@ from dataclasses import replace
 from .loopnest import (Binary, Cmp, Const, FlagIndexError, For, If, Kernel, Let, Load, Reduce, ReportIndexError,
                        Seq, Store, Var, as_expr, dim_mul, let, logical_and)
 from .passes import RANGE_BEGIN, RANGE_END, simplify_expr
+from .symbolic import is_symbol_load
 from .transform import expr_vars, kernel_stages, loads_of, map_expr, stmt_exprs, walk_expr, walk_stmt
 
 # -- schedule_cpu -------------------------------------------------------------------------------
@@ -143,7 +144,8 @@ def _check_nest(stage):
         s = s.body
     if not (isinstance(s, If) and s.orelse is None and isinstance(s.then, ReportIndexError)):
         return None
-    loads = {x for x in walk_expr(s.cond) if isinstance(x, Load)}
+    # The sizes a symbolic bound reads are loop-invariant scalars, not a second index.
+    loads = {x for x in walk_expr(s.cond) if isinstance(x, Load) and not is_symbol_load(x)}
     if len(loads) != 1:
         return None
     (load,) = loads

@@ -19,6 +19,13 @@ three ways:
   renderer makes it an atomic update. Integer results do not depend on the order; float ones
   may, which is what ``deterministic=True`` is for.
 
+Symbolic sizes (``cinnlite.ir.symbolic``): a loop extent or a buffer size may be an int64
+expression over the symbol buffers, known only per call. The passes never need its value: a
+winner buffer is int64 whenever the update count is symbolic, launches merge when their grid
+extents are the same expressions, and the cost decisions (:func:`prefer_ordered`) count every
+symbol as ``SYMBOLIC_SIZE_ESTIMATE`` (2**20; so ``64*E`` counts as 2**26): large, since a size
+left open is usually one that grows with the data.
+
 ``GPU_PIPELINE`` and ``GPU_PIPELINE_DETERMINISTIC`` in ``cinnlite/backends/gpu.py`` list the
 passes, as ``CPU_PIPELINE`` in ``cinnlite/backends/cpu.py`` does for the CPU; the CPU's
 counterpart of this module is ``schedule_cpu.py``.
@@ -30,7 +37,7 @@ from dataclasses import replace
 from ..dtypes import int32, int64
 from ..errors import CompileError
 from .loopnest import (Binary, Buffer, Cast, Cmp, Const, For, If, Kernel, Load, Reduce,
-                       ReportIndexError, Seq, Store, Var, const)
+                       ReportIndexError, Seq, Store, Var, as_expr, const)
 from .passes import verify
 from .transform import (build_nest, flat_position, map_stmt, perfect_nest, sequence, stmt_exprs, substitute,
                         top_level, walk_expr, walk_stmt)
@@ -49,10 +56,27 @@ def grid_chain(stmt):
     return loops, stmt
 
 
-def _const_extent(loop) -> int:
-    if not isinstance(loop.extent, Const):
-        raise CompileError(f"GPU schedule: loop {loop.var.name} has a non-constant extent")
-    return int(loop.extent.value)
+#: What a symbol counts as where a pass weighs sizes (see the module docstring).
+SYMBOLIC_SIZE_ESTIMATE = 2**20
+
+
+def size_estimate(size) -> int:
+    """A number for a size in cost decisions: the size itself when it is an int or a constant;
+    for the int64 expression of a symbolic size, its value with every symbol (every load of a
+    symbol buffer) counted as ``SYMBOLIC_SIZE_ESTIMATE``. At least 1 for a symbolic size."""
+    if isinstance(size, int):
+        return size
+    if isinstance(size, Const):
+        return int(size.value)
+    if isinstance(size, Binary) and size.op in ("add", "sub", "mul", "min", "max"):
+        a, b = size_estimate(size.a), size_estimate(size.b)
+        value = {"add": a + b, "sub": a - b, "mul": a * b, "min": min(a, b), "max": max(a, b)}[size.op]
+        return max(1, value)
+    return SYMBOLIC_SIZE_ESTIMATE  # a symbol, or anything else a pass cannot weigh
+
+
+def _is_static(loops) -> bool:
+    return all(isinstance(l.extent, Const) for l in loops)
 
 
 def _update_nest(kernel, stmt, what):
@@ -88,7 +112,7 @@ def scatter_last_write_wins(kernel: Kernel) -> Kernel:
 
     ``position`` is the update's row-major position, so the winner is the last update in
     row-major order, whatever order the GPU runs them in. The winner buffer is int32 when every
-    position fits, int64 otherwise.
+    position fits, int64 otherwise (always when the number of updates is symbolic).
     """
     stmts, temps = [], list(kernel.temps)
     taken = _buffer_names(kernel)
@@ -100,7 +124,7 @@ def scatter_last_write_wins(kernel: Kernel) -> Kernel:
             continue
         changed = True
         loops, body = _update_nest(kernel, stmt, "a scatter update")
-        wdtype = int32 if _extent(loops) <= 2**31 - 1 else int64
+        wdtype = int32 if _is_static(loops) and _extent(loops) <= 2**31 - 1 else int64
         position = flat_position([l.var for l in loops], [l.extent for l in loops])
         wpos = position if wdtype == int64 else Cast(int32, position)
         winners = {}
@@ -109,9 +133,10 @@ def scatter_last_write_wins(kernel: Kernel) -> Kernel:
                 name = _fresh_name(f"{r.buffer.name}__winner", taken)
                 winners[r.buffer.name] = Buffer(name, wdtype, r.buffer.shape)
         for w in winners.values():
-            zs = [Var(f"z{k}") if d != 1 else const(0) for k, d in enumerate(w.shape)]
+            unit = [isinstance(d, int) and d == 1 for d in w.shape]
+            zs = [const(0) if u else Var(f"z{k}") for k, u in enumerate(unit)]
             init = Store(w, tuple(zs), const(-1, wdtype))
-            loops_w = [For(z, const(d), None) for z, d in zip(zs, w.shape) if d != 1]
+            loops_w = [For(z, as_expr(d), None) for z, d, u in zip(zs, w.shape, unit) if not u]
             stmts.append(build_nest(loops_w, init))
             temps.append(w)
 
@@ -151,15 +176,17 @@ def _split_update_nest(kernel, stmt):
 
 
 def _extent(loops) -> int:
+    """The number of iterations of ``loops``, a symbolic extent counted by :func:`size_estimate`."""
     total = 1
     for loop in loops:
-        total *= _const_extent(loop)
+        total *= size_estimate(loop.extent)
     return total
 
 
 def prefer_ordered(parallel: int, serial: int, output_size: int) -> bool:
     """Whether an update nest with ``parallel`` independent chains of ``serial`` updates into
-    an output of ``output_size`` elements runs faster ordered than with a winner or atomics."""
+    an output of ``output_size`` elements runs faster ordered than with a winner or atomics.
+    The numbers are estimates where a size is symbolic (:func:`size_estimate`)."""
     if serial <= max(ORDERED_MAX_SERIAL, output_size // 65536):
         return True
     return parallel >= ORDERED_MIN_PARALLEL and serial <= 1024
@@ -189,7 +216,7 @@ def _order_nests(kernel: Kernel, always_floats: bool) -> Kernel:
             stmts.append(stmt)
             continue
         owns, serial, _, _ = _split_update_nest(kernel, stmt)
-        output_size = max(r.buffer.size for r in reduces)
+        output_size = max(size_estimate(r.buffer.size) for r in reduces)
         required = always_floats and any(r.buffer.dtype.is_float and r.combine != "none" for r in reduces)
         if required or prefer_ordered(_extent(owns), _extent(serial), output_size):
             stmts.append(_ordered(kernel, stmt))
@@ -250,10 +277,10 @@ def _reads_writes(stmt):
 
 
 def _grid_extents(stmt):
+    """The extents of a launch's grid loops: constants, or the expressions of symbolic sizes,
+    which compare structurally (``#E`` equals ``#E``)."""
     loops, _ = grid_chain(stmt)
-    if not all(isinstance(l.extent, Const) for l in loops):
-        return None
-    return tuple(l.extent.value for l in loops)
+    return tuple(int(l.extent.value) if isinstance(l.extent, Const) else l.extent for l in loops)
 
 
 def fuse_independent_launches(kernel: Kernel) -> Kernel:
@@ -268,7 +295,7 @@ def fuse_independent_launches(kernel: Kernel) -> Kernel:
         prev = out[-1]
         ext = _grid_extents(prev)
         serial_inside = any(isinstance(x, For) for x in walk_stmt(grid_chain(nxt)[1]))
-        if ext is not None and ext == _grid_extents(nxt) and not serial_inside:
+        if ext == _grid_extents(nxt) and not serial_inside:
             r1, w1 = _reads_writes(prev)
             r2, w2 = _reads_writes(nxt)
             if not (w1 & (r2 | w2)) and not (w2 & r1):

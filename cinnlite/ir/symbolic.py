@@ -253,6 +253,12 @@ def symbol_buffer(name: str):
     return Buffer(SYMBOL_BUFFER_PREFIX + name, int64, ())
 
 
+def is_symbol_load(e) -> bool:
+    """Whether ``e`` reads a symbolic size (see :func:`symbol_buffer`)."""
+    from .loopnest import Load
+    return isinstance(e, Load) and not e.indices and e.buffer.name.startswith(SYMBOL_BUFFER_PREFIX)
+
+
 def dim_expr(d: DimLike):
     """A size in a loop nest: an int stays an int; a Dim becomes the int64 expression that
     reads its symbols (see :func:`symbol_buffer`)."""

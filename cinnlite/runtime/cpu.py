@@ -356,25 +356,28 @@ class CPUExecutable(Executable):
     def _run(self, arrays: dict, plan) -> dict:
         buffers = self._allocate(arrays, plan)
         err = np.zeros(FIRST_FAILURE.size, np.int64)
-        if self._entry_objects is not None and not self._parallel:
+        sizes = self._stage_sizes(plan) if self._parallel else None
+        if self._entry_objects is not None and sizes is None:
             status = self._entry_objects(*[buffers[n] for n in self._slots], err)
         else:
             table = self._table_type(*[buffers[n].ctypes.data for n in self._slots])
-            if self._parallel:
-                status = self._run_stages(ctypes.addressof(table), err.ctypes.data, self._stage_sizes(plan))
+            if sizes is not None:
+                status = self._run_stages(ctypes.addressof(table), err.ctypes.data, sizes)
             else:
                 status = self._entry(ctypes.addressof(table), err.ctypes.data)
         if status != 0:
             self._raise_first_failure(err, buffers, plan)
         return self._outputs(buffers)
 
-    def _stage_sizes(self, plan) -> list:
-        """(extent, work) of every stage under the call's sizes, computed once per plan."""
-        sizes = plan.extra.get("stages")
-        if sizes is None:
-            sizes = plan.extra["stages"] = [(plan.size_of(info.extent), plan.size_of(info.work))
-                                            for info, _ in self._stages]
-        return sizes
+    def _stage_sizes(self, plan):
+        """(extent, work) of every stage under the call's sizes, computed once per plan; None
+        when none of them is big enough to split, so the call runs ``main`` in one go."""
+        if "stages" not in plan.extra:
+            sizes = [(plan.size_of(info.extent), plan.size_of(info.work)) for info, _ in self._stages]
+            split = any(info.kind != "serial" and work >= PARALLEL_MIN_WORK and extent > 1
+                        for (info, _), (extent, work) in zip(self._stages, sizes))
+            plan.extra["stages"] = sizes if split else None
+        return plan.extra["stages"]
 
     def _raise_first_failure(self, err: np.ndarray, buffers: dict, plan):
         slot = FIRST_FAILURE.index

@@ -8,6 +8,12 @@ only running it needs a GPU, and without one it raises :class:`TargetUnavailable
 A run uploads the inputs, launches every kernel of the plan in order on the default stream,
 reads back the error buffer of ``mode="raise"`` (per check: the smallest bad position and the
 index value there) and the outputs. Device buffers are allocated on the first run and reused.
+
+A program with symbolic sizes (``cinnlite.ir.symbolic``) has no sizes until a call gives them: its
+device buffers are sized per call from the call's plan (``runtime/shapes.py``), grown where a
+call needs more than an earlier one did and otherwise reused, so device memory stays at the
+largest sizes seen; the symbols' values are uploaded into their scalar buffers, and each
+launch's grid is computed from its item count at the call's sizes.
 """
 from __future__ import annotations
 
@@ -19,6 +25,8 @@ import numpy as np
 from ..errors import CinnliteError, TargetUnavailableError
 from . import nvrtc
 from .cuda_base import CUDABaseExecutable
+
+_ERRORS = object()  # the error buffer's key among the device pointers (buffer names are strings)
 
 NO_GPU_HINT = ("the CUDA C and PTX stages work without one (exe.source('cuda'), exe.source('ptx')), and "
                "target='cuda-emu' runs the same CUDA C on the CPU")
@@ -138,10 +146,11 @@ def _module_image(nvrtc_output, arch: str) -> np.ndarray:
 
 
 def _free_all(device, pointers, module):
-    """Release an executable's device memory and module (a weakref finaliser)."""
+    """Release an executable's device memory and module (a weakref finaliser). ``pointers`` is
+    the executable's dict of device pointers, whatever it holds by then."""
     try:
         device.make_current()
-        for p in pointers:
+        for p in pointers.values():
             device.driver.cuMemFree(p)
         if module is not None:
             device.driver.cuModuleUnload(module)
@@ -162,6 +171,10 @@ class CUDAExecutable(CUDABaseExecutable):
         self._dbuf = {}          # buffer name -> device pointer, allocated on the first run
         self._derr = None
         self._params = []        # per launch: the kernelParams array (and what keeps it alive)
+        # Symbolic sizes: the bytes each device buffer has room for, and the plan the buffers
+        # and self._params are set up for now.
+        self._capacity = {}
+        self._bound_plan = None
 
     def _ptx_arch(self) -> str:
         try:
@@ -192,20 +205,55 @@ class CUDAExecutable(CUDABaseExecutable):
                 f"{dev.arch} ({exc}); the driver may be older than NVRTC") from exc
         functions = [_check(driver, driver.cuModuleGetFunction(cu_module, l.name.encode()), "cuModuleGetFunction")
                      for l in self.module.launches]
+        # Static buffers now; those of a symbolic size when a call gives the sizes (_bind).
         for buf in self._table:
-            self._dbuf[buf.name] = dev.alloc(buf.size * buf.dtype.itemsize)
+            if buf.is_static:
+                self._dbuf[buf.name] = dev.alloc(buf.size * buf.dtype.itemsize)
         self._derr = dev.alloc(self._new_error_buffer().nbytes)
+        self._dbuf[_ERRORS] = self._derr
         for name, arr in self._consts.items():
             dev.upload(self._dbuf[name], np.ascontiguousarray(arr))
-        for launch in self.module.launches:
-            ptrs = [self._dbuf[n] for n in launch.buffers] + ([self._derr] if launch.errors else [])
-            # kernelParams: an array of pointers, each to the memory holding one argument.
-            values = np.array([int(p) for p in ptrs] or [0], dtype=np.uint64)
-            addresses = np.array([values.ctypes.data + 8 * k for k in range(len(ptrs))] or [0], dtype=np.uint64)
-            blocks = max(1, min(-(-launch.items // self.module.block), dev.max_blocks))
-            self._params.append((values, addresses, blocks))
+        if not self.symbolic:
+            self._params = [self._launch_params(launch, launch.items, dev) for launch in self.module.launches]
         self._device, self._functions = dev, functions
-        weakref.finalize(self, _free_all, dev, list(self._dbuf.values()) + [self._derr], cu_module)
+        weakref.finalize(self, _free_all, dev, self._dbuf, cu_module)
+
+    def _launch_params(self, launch, items: int, dev):
+        """(kernelParams and what keeps it alive, blocks) of one launch of ``items`` work items
+        on the buffers ``self._dbuf`` holds now."""
+        ptrs = [self._dbuf[n] for n in launch.buffers] + ([self._derr] if launch.errors else [])
+        # kernelParams: an array of pointers, each to the memory holding one argument.
+        values = np.array([int(p) for p in ptrs] or [0], dtype=np.uint64)
+        addresses = np.array([values.ctypes.data + 8 * k for k in range(len(ptrs))] or [0], dtype=np.uint64)
+        blocks = max(1, min(-(-items // self.module.block), dev.max_blocks))
+        return values, addresses, blocks
+
+    def _bind(self, arrays: dict, plan):
+        """Set the device up for the sizes of ``plan`` (symbolic programs): every buffer whose size
+        is symbolic has room for this call (allocated, or grown), the symbols' values are on the
+        device, and every launch has its arguments and grid. Nothing to do when the last call
+        had the same plan."""
+        if plan is self._bound_plan:
+            return
+        dev = self._device
+        self._bound_plan = None  # until this binding is whole
+        need = {name: arr.nbytes for name, arr in arrays.items()}
+        need.update((name, arr.nbytes) for name, arr in plan.symbol_arrays.items())
+        need.update((name, nbytes) for name, _, _, nbytes in plan.allocs)
+        for name, nbytes in need.items():
+            if name in self._dbuf and self._capacity.get(name, -1) < 0:
+                continue  # a buffer of static size, allocated once in _prepare
+            if self._capacity.get(name, -1) < nbytes:
+                old = self._dbuf.pop(name, None)
+                if old is not None:
+                    self._capacity.pop(name)
+                    _check(dev.driver, dev.driver.cuMemFree(old), "cuMemFree")
+                self._dbuf[name] = dev.alloc(nbytes)
+                self._capacity[name] = nbytes
+        for name, arr in plan.symbol_arrays.items():
+            dev.upload(self._dbuf[name], arr)
+        self._params = [self._launch_params(launch, plan.size_of(launch.items), dev) for launch in self.module.launches]
+        self._bound_plan = plan
 
     # -- running -----------------------------------------------------------------------------
 
@@ -220,6 +268,8 @@ class CUDAExecutable(CUDABaseExecutable):
             self._prepare()
             dev = self._device
             dev.make_current()
+            if self.symbolic:
+                self._bind(arrays, plan)
             for name, arr in arrays.items():
                 dev.upload(self._dbuf[name], arr)
             dev.upload(self._derr, self._new_error_buffer())
@@ -233,14 +283,16 @@ class CUDAExecutable(CUDABaseExecutable):
                 index = {}
                 if value is None:  # read the bad value from the index buffer
                     check = self._checks[check_id]
-                    index[check.buffer] = np.empty(check.shape, self._buffer_dtype(check.buffer))
+                    shape = tuple(plan.size_of(d) for d in check.shape)
+                    index[check.buffer] = np.empty(shape, self._buffer_dtype(check.buffer))
                     dev.download(index[check.buffer], self._dbuf[check.buffer])
-                self._raise_index_error(check_id, position, index, value=value)
+                self._raise_index_error(check_id, position, index, value=value, plan=plan)
             buffers = dict(arrays)
             buffers.update(self._consts)
+            shapes = {name: shape for name, shape, _, _ in plan.allocs}
             for out in self.lowered.outputs:
                 if out.name in self._produced:
-                    host = np.empty(out.shape, out.dtype.np)
+                    host = np.empty(shapes[out.name], out.dtype.np)
                     dev.download(host, self._dbuf[out.name])
                     buffers[out.name] = host
             return self._outputs(buffers)
@@ -252,10 +304,15 @@ class CUDAExecutable(CUDABaseExecutable):
         """Seconds taken by all the launches of one run, with the inputs already on the device,
         measured with CUDA events ``repeat`` times (for benchmarks; needs a GPU)."""
         arrays = self._check_inputs(inputs)
+        plan = self._shapes.plan_for(arrays, self)
+        if plan.specialised is not None:
+            return plan.specialised.time_kernels(arrays, repeat, warmup)
         with self._lock:
             self._prepare()
             dev, driver = self._device, self._device.driver
             dev.make_current()
+            if self.symbolic:
+                self._bind(arrays, plan)
             for name, arr in arrays.items():
                 dev.upload(self._dbuf[name], arr)
             start = _check(driver, driver.cuEventCreate(0), "cuEventCreate")
