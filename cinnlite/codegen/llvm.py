@@ -24,6 +24,7 @@ from ..ir.schedule_cpu import stage_extent, stage_work
 from ..ir.symbolic import is_symbol_load
 from ..ir.transform import buffers_of, kernel_stages
 from .error_record import FIRST_FAILURE
+from .llvm_call import add_call_entry, renders_call_entry
 from .llvm_support import add_half_support
 from .names import comment_text, safe_name
 from .renderer import RenderedModule, Renderer
@@ -383,7 +384,8 @@ class LLVMRenderer(Renderer):
     With ``array_data_offset``, the module also has ``cinnlite_main_objects``: it takes one
     numpy array object per buffer plus the error array, reads each data pointer at that byte
     offset inside the object (numpy's ``PyArrayObject.data``) and runs main. It saves the
-    per-call cost of asking numpy for pointers from Python."""
+    per-call cost of asking numpy for pointers from Python. It also has the call entry of
+    ``llvm_call.py`` where that entry can check the inputs."""
 
     stage = LLVMModule.stage
     entry = "cinnlite_main"
@@ -429,6 +431,8 @@ class LLVMRenderer(Renderer):
         b.ret(ir.Constant(I32, 0))
         if self.array_data_offset is not None:
             self._objects_entry(module, main, len(slots), self.array_data_offset)
+            if renders_call_entry(program):
+                add_call_entry(module, main, program, self.array_data_offset)
         if any(b.dtype.is_float and b.dtype.bits == 16 for b in program.buffer_table()) or "half" in str(module):
             add_half_support(module)
         return str(module)

@@ -13,15 +13,18 @@ import os
 import platform
 import threading
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
+from ..codegen import llvm_call
 from ..codegen.error_record import FIRST_FAILURE
 from ..codegen.llvm import ERROR, FLAGGED, OK, LLVMRenderer, stage_plan
 from ..errors import CompileError
 from ..ir.loopnest import LoweredProgram
 from .cache import compiler_source_digest
-from .executable import Executable
+from .executable import POOL_MIN_BYTES, Executable
+from .native_call import GENERAL, HOLD_GIL_MAX_WORK, FastPlan, NativeCall, array_layout_confirmed, register_symbols
 from .workers import MAX_THREADS, check_threads, shared_pool
 
 #: Serialises cinnlite's use of LLVM (one global context) by compiles and assembly printing.
@@ -40,6 +43,7 @@ def _llvm():
                 llvm.initialize_native_target()
                 llvm.initialize_native_asmprinter()
                 platform.machine()  # llvmlite asks for it per engine; the first call is slow
+                register_symbols(llvm)
                 _INITIALISED = True
     return llvm
 
@@ -117,24 +121,26 @@ def _dispose_module_pass_manager(mpm):
 _ENTRY = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p)
 _STAGE = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p)
 
+#: ``np.empty``, looked up once: the fast path allocates its outputs with it on every call.
+_empty = np.empty
+
 #: A stage with fewer innermost iterations than this runs on the calling thread alone:
 #: below it, handing chunks to other threads costs more than it saves.
 PARALLEL_MIN_WORK = 1 << 15
-
-_ERR = threading.local()
 
 #: The objects entry passes array objects through ctypes; past this many buffers use the table.
 MAX_OBJECT_ARGS = 64
 
 
 def array_data_offset():
-    """The byte offset of the data pointer inside a numpy array object, checked on live arrays;
-    None where it cannot be confirmed (then the runtime asks numpy for pointers instead)."""
+    """The byte offset of the data pointer inside a numpy array object, checked on live arrays
+    together with the fields the call entry reads around it (``native_call``); None where they
+    cannot be confirmed (then the runtime asks numpy for pointers instead)."""
     offset = 2 * ctypes.sizeof(ctypes.c_void_p)  # after PyObject_HEAD: refcount, type
     for probe in (np.zeros(3, np.float32), np.empty((2, 5), np.int8), np.zeros(0, np.int64)):
         if ctypes.c_void_p.from_address(id(probe) + offset).value != probe.ctypes.data:
             return None
-    return offset
+    return offset if array_layout_confirmed(offset) else None
 
 
 def default_threads() -> int:
@@ -260,7 +266,9 @@ def _load(built: CPUBuild, lowered: LoweredProgram) -> _MachineCode:
         stages = [(info, _STAGE(engine.get_function_address(info.symbol))) for info in plan]
         if built.from_cache:  # never call address 0: a cached object must define every function
             symbols = [LLVMRenderer.entry] + [info.symbol for info in plan]
-            symbols += [LLVMRenderer.objects_entry] if built.array_data_offset is not None else []
+            if built.array_data_offset is not None:
+                symbols.append(LLVMRenderer.objects_entry)
+                symbols += [llvm_call.ENTRY] if llvm_call.renders_call_entry(lowered) else []
             missing = [name for name in symbols if not engine.get_function_address(name)]
             if missing:
                 raise CompileError(f"the cached machine code lacks {', '.join(missing)}")
@@ -297,7 +305,8 @@ class CPUExecutable(Executable):
         super().__init__(program, lowered, sources, lazy)
         self._slots = [b.name for b in self._table]
         self._table_type = ctypes.c_void_p * max(1, len(self._slots))
-        self._prepare_fast_call()
+        call_entry = code.engine.get_function_address(llvm_call.ENTRY) if offset is not None else 0
+        self._fast = NativeCall(call_entry, [name for name, _, _ in self._inputs], self._shapes) if call_entry else None
 
     def cache_entry(self) -> dict | None:
         """What a disk cache stores to rebuild this executable without compiling."""
@@ -313,50 +322,67 @@ class CPUExecutable(Executable):
             mod = llvm.parse_assembly(self._sources["llvm_opt"])
             return self._tm.emit_assembly(mod)
 
-    def _prepare_fast_call(self):
-        """Precompute, per buffer slot, where its array comes from, for ``__call__``'s fast
-        path: an input (by position), a constant, or an allocation."""
-        if self.symbolic:  # allocations depend on the call's sizes: the general path
-            self._fast = False
-            return
-        inputs = {name: k for k, (name, _, _) in enumerate(self._inputs)}
-        allocs = {name: (shape, dtype, nbytes) for name, shape, dtype, nbytes in self._alloc}
-        plan = []
-        for name in self._slots:
-            if name in inputs:
-                plan.append((0, inputs[name]))
-            elif name in self._consts:
-                plan.append((1, self._consts[name]))
-            else:
-                plan.append((2, allocs[name]))
-        produced = [b.name in self._produced for b in self.lowered.outputs]
-        self._out_slots = [self._slots.index(b.name) for b in self.lowered.outputs]
-        self._fast = (self._entry_objects is not None and not self._parallel and all(produced)
-                      and len(self._out_slots) == 1 and not self.symbolic)
-        self._plan = plan
+    def __call__(self, **inputs: np.typing.ArrayLike) -> Any:
+        """Run on keyword arrays; returns the output array, or a tuple in output order.
 
-    def __call__(self, **inputs):
-        """Run on keyword arrays; returns the output array, or a tuple in output order."""
-        # The per-call path for small programs, kept to a minimum of Python: the arguments are
-        # checked exactly as in the general path, which handles anything unusual.
-        ordered = self._ready_inputs(inputs) if self._fast else None
-        if ordered is None:
-            return super().__call__(**inputs)
-        empty = self._pool.empty
-        args = [ordered[src] if kind == 0 else src if kind == 1 else empty(*src) for kind, src in self._plan]
-        # A per-thread error record: only read after a failed check has filled it.
-        err = getattr(_ERR, "array", None)
-        if err is None:
-            err = _ERR.array = np.zeros(FIRST_FAILURE.size, np.int64)
-        args.append(err)
-        if self._entry_objects(*args) != 0:
-            self._raise_first_failure(err, dict(zip(self._slots, args)), self._shapes.static)
-        return args[self._out_slots[0]]
+        A call runs through the call entry (``native_call``) once its sizes have a plan;
+        the entry declines whatever it does not take as it is, and the general path then
+        converts, explains or raises as it always does."""
+        fast = self._fast
+        if fast is not None and len(inputs) == fast.n_inputs:
+            try:
+                arrays = fast.take(inputs)
+                plan = fast.static or fast.by_shapes[fast.key(arrays)]
+            except Exception:  # a name missing, not arrays, or sizes with no plan yet
+                call = GENERAL
+            else:
+                call = plan.fast if plan.fast is not None else self._fast_plan(plan)
+            if call.single:
+                out = _empty(call.shape, call.dtype)
+                if call.function(*arrays, *call.fixed, out) is out:
+                    return out
+            elif call.runs:
+                outs = list(map(_empty, call.shapes, call.dtypes))
+                if call.function(*arrays, *call.fixed, *outs) is outs[0]:
+                    return outs[0] if call.n_outputs == 1 else tuple(outs[:call.n_outputs])
+            elif call.specialised is not None:
+                return call.specialised(**inputs)
+        return super().__call__(**inputs)
+
+    def _fast_plan(self, plan) -> FastPlan:
+        """What the fast path needs for ``plan``'s sizes, made once per plan: the static
+        executable of these sizes, or the function and the arrays in slot order; GENERAL where
+        the call splits across threads, needs pooled buffers, or returns an input or a constant
+        (a copy, which the general path makes)."""
+        if plan.specialised is not None:
+            plan.fast = FastPlan(specialised=plan.specialised)
+            return plan.fast
+        allocs = {name: (shape, dtype, nbytes) for name, shape, dtype, nbytes in plan.allocs}
+        given = {**plan.symbol_arrays, **self._consts}
+        rest = self._slots[len(self._inputs):]  # the given arrays, then the written ones
+        n_given = next((k for k, name in enumerate(rest) if name not in given), len(rest))
+        written = rest[n_given:]
+        outputs = [b.name for b in self.lowered.outputs]
+        if (self._splits(plan) or not all(name in allocs for name in written) or written[:len(outputs)] != outputs
+                or any(allocs[name][2] >= POOL_MIN_BYTES for name in written)):
+            plan.fast = GENERAL
+            return plan.fast
+        work = sum(work for _, work in self._stage_sizes(plan))
+        function = self._fast.holding if work <= HOLD_GIL_MAX_WORK else self._fast.releasing
+        plan.fast = FastPlan(function, [given[name] for name in rest[:n_given]], [allocs[name][:2] for name in written],
+                             len(outputs))
+        return plan.fast
+
+    def _splits(self, plan) -> bool:
+        """Whether ``_run_stages`` would split a stage of a call of ``plan``'s sizes across threads."""
+        return self.threads > 1 and any(info.kind != "serial" and work >= PARALLEL_MIN_WORK and extent >= 2
+                                        for (info, _), (extent, work) in zip(self._stages, self._stage_sizes(plan)))
 
     def _run(self, arrays: dict, plan) -> dict:
         buffers = self._allocate(arrays, plan)
         err = np.zeros(FIRST_FAILURE.size, np.int64)
-        sizes = self._stage_sizes(plan) if self._parallel else None
+        # Stage by stage only where a stage is big enough to split; otherwise main in one go.
+        sizes = self._stage_sizes(plan) if self._parallel and self._splits(plan) else None
         if self._entry_objects is not None and sizes is None:
             status = self._entry_objects(*[buffers[n] for n in self._slots], err)
         else:
@@ -369,15 +395,13 @@ class CPUExecutable(Executable):
             self._raise_first_failure(err, buffers, plan)
         return self._outputs(buffers)
 
-    def _stage_sizes(self, plan):
-        """(extent, work) of every stage under the call's sizes, computed once per plan; None
-        when none of them is big enough to split, so the call runs ``main`` in one go."""
-        if "stages" not in plan.extra:
-            sizes = [(plan.size_of(info.extent), plan.size_of(info.work)) for info, _ in self._stages]
-            split = any(info.kind != "serial" and work >= PARALLEL_MIN_WORK and extent > 1
-                        for (info, _), (extent, work) in zip(self._stages, sizes))
-            plan.extra["stages"] = sizes if split else None
-        return plan.extra["stages"]
+    def _stage_sizes(self, plan) -> list:
+        """(extent, work) of every stage under the call's sizes, computed once per plan."""
+        sizes = plan.extra.get("stages")
+        if sizes is None:
+            sizes = plan.extra["stages"] = [(plan.size_of(info.extent), plan.size_of(info.work))
+                                            for info, _ in self._stages]
+        return sizes
 
     def _raise_first_failure(self, err: np.ndarray, buffers: dict, plan):
         slot = FIRST_FAILURE.index

@@ -58,6 +58,7 @@ class ShapePlan:
     allocs: list = field(default_factory=list)
     specialised: object = None
     extra: dict = field(default_factory=dict)  # what a backend derives from the sizes (stage extents)
+    fast: object = None  # what a backend's fast path prepared for these sizes (see runtime/native_call.py)
 
     def size_of(self, d) -> int:
         return size_value(d, {SYMBOL_BUFFER_PREFIX + k: v for k, v in self.bindings.items()})
@@ -70,7 +71,8 @@ class ShapePlans:
         self.program = program
         self.allocs = allocs
         self.symbolic = not program.is_static
-        self._plans: dict = {}
+        #: plans by the tuple of input shapes; read without the lock (a dict lookup is atomic)
+        self.by_shapes: dict = {}
         self._lock = threading.Lock()
         self.static = None if self.symbolic else ShapePlan({}, {}, list(allocs))
         #: compiles a static program with the executable's options (set by ``compile``).
@@ -80,13 +82,13 @@ class ShapePlans:
         if not self.symbolic:
             return self.static
         key = tuple(arrays[t.name].shape for t in self.program.inputs)
-        plan = self._plans.get(key)
+        plan = self.by_shapes.get(key)
         if plan is None:
             plan = self._make(arrays, exe)
             with self._lock:
-                if len(self._plans) >= MAX_PLANS:
-                    self._plans.pop(next(iter(self._plans)))
-                self._plans[key] = plan
+                if len(self.by_shapes) >= MAX_PLANS:
+                    self.by_shapes.pop(next(iter(self.by_shapes)))
+                self.by_shapes[key] = plan
         return plan
 
     def serves(self, program) -> bool:
