@@ -180,7 +180,7 @@ CATALOGUE = [
      lambda b: b.scatter_nd(X(b, dtype="bool"), I(b), S(b, dtype="bool"), reduce="sub")),
     ("scatter-sub", "scatter", REDUCE, ValidationError,
      lambda b: b.scatter(X(b), I(b), S(b), reduce="sub")),
-    ("scatter-include-self-none", "scatter", "include_self=False needs a reduction", ValidationError,
+    ("scatter-include-self-none", "scatter", "include_self=False needs a reduction other than sub", ValidationError,
      lambda b: b.scatter(X(b), I(b), S(b), include_self=False)),
     ("scatter_nd-include-self-not-bool", "scatter_nd", "include_self is a bool", ValidationError,
      lambda b: b.scatter_nd(X(b), I(b), S(b), reduce="add", include_self="no")),

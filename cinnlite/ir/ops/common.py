@@ -65,9 +65,10 @@ def check_include_self(op, include_self, reduce) -> bool:
     """``include_self`` is a bool, and False only with a reduction (PyTorch's ``scatter_reduce``)."""
     if not isinstance(include_self, (bool, np.bool_)):
         raise ValidationError(op, "include_self is a bool", f"include_self must be True or False, got {include_self!r}")
-    if not include_self and reduce == "none":
-        raise ValidationError(op, "include_self=False needs a reduction",
-                              "include_self=False combines the updates without x; reduce='none' overwrites anyway")
+    if not include_self and reduce in ("none", "sub"):
+        raise ValidationError(op, "include_self=False needs a reduction other than sub",
+                              f"include_self=False combines the updates without x; reduce={reduce!r} "
+                              f"{'overwrites anyway' if reduce == 'none' else 'subtracts them from x'}")
     return bool(include_self)
 
 
