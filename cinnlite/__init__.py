@@ -4,6 +4,7 @@ Build a graph with :class:`NetBuilder`, compile it with :func:`compile` for the 
 CUDA, and run it on numpy arrays. See SEMANTICS.md for what each operator computes.
 """
 from .compiler import compile
+from .eager import gather, gather_nd, scatter, scatter_add, scatter_nd, take
 from .dtypes import Bool, DType, Float, Int, UInt, as_dtype
 from .errors import (CacheWarning, CinnliteError, CinnliteWarning, CompileError, DTypeError, IndexOutOfRangeError,
                      InputError, InputTypeError, TargetUnavailableError, ThreadStartWarning, ValidationError)
@@ -19,5 +20,5 @@ __all__ = [
     "NetBuilder", "compile", "Program", "Tensor", "Dim", "DType", "Float", "Int", "UInt", "Bool", "as_dtype",
     "CinnliteError", "ValidationError", "DTypeError", "IndexOutOfRangeError", "InputError",
     "InputTypeError", "TargetUnavailableError", "CompileError", "CinnliteWarning", "ThreadStartWarning",
-    "CacheWarning", "__version__",
+    "CacheWarning", "take", "gather", "gather_nd", "scatter", "scatter_nd", "scatter_add", "__version__",
 ]

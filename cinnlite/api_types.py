@@ -27,6 +27,8 @@ IndexMode = Literal["raise", "clip", "wrap", "fill"]
 
 #: How a scatter combines an update with the value it lands on.
 Reduction = Literal["none", "add", "mul", "max", "min", "mean"]
+#: ``scatter_nd``'s reductions: also ``"sub"``.
+NdReduction = Literal["none", "add", "mul", "max", "min", "mean", "sub"]
 
 #: Which axis of a ``gather_nd``/``scatter_nd`` index holds the index tuples.
 IndexLayout = Literal["last", "first"]
@@ -34,4 +36,4 @@ IndexLayout = Literal["last", "first"]
 #: Where ``cinnlite.compile`` puts the program.
 Target = Literal["cpu", "cuda", "cuda-emu"]
 
-__all__ = ["DTypeLike", "ShapeLike", "Scalar", "IndexMode", "Reduction", "IndexLayout", "Target", "Executable"]
+__all__ = ["DTypeLike", "ShapeLike", "Scalar", "IndexMode", "Reduction", "NdReduction", "IndexLayout", "Target", "Executable"]

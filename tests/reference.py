@@ -45,9 +45,9 @@ def _check_mode(mode):
 
 
 def _check_reduce(reduce, dtype):
-    if reduce not in REDUCTIONS:
+    if reduce not in REDUCTIONS + ("sub",):
         raise ValueError(f"unknown reduce {reduce!r}")
-    if dtype == np.bool_ and reduce != "none":
+    if dtype == np.bool_ and reduce in ("mean", "sub"):
         raise TypeError(f"reduce={reduce!r} is not defined on bool data")
 
 
@@ -66,6 +66,8 @@ def resolve(value: int, size: int, mode: str):
     """The position an index value addresses on an axis of ``size``, or None where
     ``mode="fill"`` fills (or drops). ``mode="raise"`` raises IndexError when out of range."""
     value = int(value)
+    if mode == "clip" and size > 0:
+        return min(max(value, 0), size - 1)  # numpy's clip: negative values clip to 0
     if -size <= value < size:
         return value + size if value < 0 else value
     if mode == "raise":
@@ -184,9 +186,10 @@ class _Accumulator:
     """``out`` starts as a copy of ``x`` (for ``mean``, converted to the wide sum type);
     ``update`` combines one value into one element."""
 
-    def __init__(self, x, reduce):
+    def __init__(self, x, reduce, include_self=True):
         _check_reduce(reduce, x.dtype)
         self.reduce = reduce
+        self.include_self = include_self
         self.original = np.array(x, copy=True)
         wide = MEAN_SUM_DTYPES.get(x.dtype.name, np.int64) if reduce == "mean" else x.dtype
         self.out = self.original.astype(wide)  # always a copy
@@ -197,8 +200,10 @@ class _Accumulator:
         if self.reduce == "mean":
             value = self.out.dtype.type(value)
         with np.errstate(all="ignore"):
-            if self.reduce == "none":
-                new = value
+            if self.reduce == "none" or (not self.include_self and self.count[target] == 0):
+                new = value  # (without x, the first update starts the combination)
+            elif self.reduce == "sub":
+                new = old - value
             elif self.reduce in ("add", "mean"):
                 new = old + value
             elif self.reduce == "mul":
@@ -217,20 +222,18 @@ class _Accumulator:
         for t in np.ndindex(self.count.shape):
             if self.count[t] == 0:
                 continue
-            n = int(self.count[t]) + 1  # the original value and every update
+            n = int(self.count[t]) + int(self.include_self)  # the original value (if counted) and every update
             total = sums[t]
             if dtype.kind == "f":
                 # The quotient of the wide sum, rounded to float64 and then to the data dtype.
                 with np.errstate(all="ignore"):
                     out[t] = np.array(np.float64(total) / np.float64(n)).astype(dtype)
             else:
-                a = int(total)
-                quotient = abs(a) // n  # rounds toward zero
-                out[t] = np.array(-quotient if a < 0 else quotient).astype(dtype)
+                out[t] = np.array(int(total) // n).astype(dtype)  # the floor, as PyTorch
         return out
 
 
-def scatter(x, index, src, axis=0, reduce="none", mode="raise"):
+def scatter(x, index, src, axis=0, reduce="none", mode="raise", include_self=True):
     """A copy of ``x``; for every index position ``p`` in row-major order, the element
     ``p`` with ``p[axis] = index[p]`` is combined with ``src[p]``."""
     _check_mode(mode)
@@ -239,7 +242,7 @@ def scatter(x, index, src, axis=0, reduce="none", mode="raise"):
     if not index.ndim == src.ndim == x.ndim:
         raise ValueError("ranks differ")
     pos = resolve_all(index, x.shape[axis], mode)
-    acc = _Accumulator(x, reduce)
+    acc = _Accumulator(x, reduce, include_self)
     for p in np.ndindex(index.shape):
         if pos[p] is None:
             continue
@@ -249,7 +252,7 @@ def scatter(x, index, src, axis=0, reduce="none", mode="raise"):
     return acc.result()
 
 
-def scatter_nd(x, index, src, dims=None, reduce="none", index_layout="last", mode="raise"):
+def scatter_nd(x, index, src, dims=None, reduce="none", index_layout="last", mode="raise", include_self=True):
     """A copy of ``x`` with ``src`` combined in at index tuples (slice or element form)."""
     _check_mode(mode)
     x, src = np.asarray(x), np.asarray(src)
@@ -258,7 +261,7 @@ def scatter_nd(x, index, src, dims=None, reduce="none", index_layout="last", mod
         raise ValueError("index needs a tuple axis")
     m = index.shape[-1]
     lead = index.shape[:-1]
-    acc = _Accumulator(x, reduce)
+    acc = _Accumulator(x, reduce, include_self)
     if dims is None:
         if m > x.ndim or src.shape != lead + x.shape[m:]:
             raise ValueError("invalid scatter_nd shapes")

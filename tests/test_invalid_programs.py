@@ -18,6 +18,8 @@ AXIS_INT = "axis is an integer"
 INDEX_DTYPE = "index dtype is int32 or int64"
 MODE = "mode is one of raise/clip/wrap/fill"
 REDUCE = "reduce is one of none/add/mul/max/min/mean"
+ND_REDUCE = "reduce is one of none/add/mul/max/min/mean/sub"
+BOOL_REDUCE = "bool data: reduce none/add/mul/max/min"
 LAYOUT = "index_layout is last or first"
 OPERANDS = "operands are tensors of this builder"
 FILL_FITS = "fill_value fits the dtype"
@@ -172,10 +174,16 @@ CATALOGUE = [
      lambda b: b.scatter(X(b), I(b), S(b), reduce=None)),
     ("scatter-reduce-prod", "scatter", REDUCE, ValidationError,
      lambda b: b.scatter(X(b), I(b), S(b), reduce="prod")),
-    ("scatter-bool-add", "scatter", "bool data: reduce none only", DTypeError,
-     lambda b: b.scatter(X(b, dtype="bool"), I(b), S(b, dtype="bool"), reduce="add")),
-    ("scatter-bool-mean", "scatter", "bool data: reduce none only", DTypeError,
+    ("scatter-bool-mean", "scatter", BOOL_REDUCE, DTypeError,
      lambda b: b.scatter(X(b, dtype="bool"), I(b), S(b, dtype="bool"), reduce="mean")),
+    ("scatter_nd-bool-sub", "scatter_nd", BOOL_REDUCE, DTypeError,
+     lambda b: b.scatter_nd(X(b, dtype="bool"), I(b), S(b, dtype="bool"), reduce="sub")),
+    ("scatter-sub", "scatter", REDUCE, ValidationError,
+     lambda b: b.scatter(X(b), I(b), S(b), reduce="sub")),
+    ("scatter-include-self-none", "scatter", "include_self=False needs a reduction other than sub", ValidationError,
+     lambda b: b.scatter(X(b), I(b), S(b), include_self=False)),
+    ("scatter_nd-include-self-not-bool", "scatter_nd", "include_self is a bool", ValidationError,
+     lambda b: b.scatter_nd(X(b), I(b), S(b), reduce="add", include_self="no")),
     ("scatter-unknown-mode", "scatter", MODE, ValidationError,
      lambda b: b.scatter(X(b), I(b), S(b), mode="drop")),
     ("scatter-wrap-empty-axis", "scatter", "mode wrap needs a non-empty axis", ValidationError,
@@ -209,10 +217,10 @@ CATALOGUE = [
      lambda b: b.scatter_nd(X(b), I(b, (2, 3, 1)), S(b, (2, 3)), dims=[5])),
     ("scatter_nd-dims-length", "scatter_nd", "index.shape[-1] == len(dims)", ValidationError,
      lambda b: b.scatter_nd(X(b), I(b, (2, 3, 1)), S(b, (2, 3)), dims=[0, 1])),
-    ("scatter_nd-unknown-reduce", "scatter_nd", REDUCE, ValidationError,
+    ("scatter_nd-unknown-reduce", "scatter_nd", ND_REDUCE, ValidationError,
      lambda b: b.scatter_nd(X(b), I(b, (2, 1)), S(b, (2, 3)), reduce="avg")),
-    ("scatter_nd-bool-max", "scatter_nd", "bool data: reduce none only", DTypeError,
-     lambda b: b.scatter_nd(X(b, dtype="bool"), I(b, (2, 1)), S(b, (2, 3), dtype="bool"), reduce="max")),
+    ("scatter_nd-bool-mean", "scatter_nd", BOOL_REDUCE, DTypeError,
+     lambda b: b.scatter_nd(X(b, dtype="bool"), I(b, (2, 1)), S(b, (2, 3), dtype="bool"), reduce="mean")),
     ("scatter_nd-unknown-layout", "scatter_nd", LAYOUT, ValidationError,
      lambda b: b.scatter_nd(X(b), I(b, (2, 1)), S(b, (2, 3)), index_layout="row")),
     ("scatter_nd-unknown-mode", "scatter_nd", MODE, ValidationError,

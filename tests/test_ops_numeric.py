@@ -553,7 +553,7 @@ def test_scatter_mean_counts_past_the_data_dtype(backend):
     i8 = np.zeros(300, np.int64)
     i8[256:] = 1  # 256 updates to element 0: a count of 257, which is 1 as an int8
     s8 = np.tile(np.array([1, -1], np.int8), 150)  # partial sums stay small, each sum is 0
-    want8 = np.array([100 // 257, -(100 // 45), 7], np.int8)
+    want8 = np.array([100 // 257, -100 // 45, 7], np.int8)  # the floor: -100 / 45 gives -3
     c.expect(c.b.scatter(c.input(x8), c.input(i8), c.input(s8), reduce="mean"), want8, "int8 mean, 256 updates")
     xu = np.array([200, 9], np.uint8)
     iu = np.zeros(300, np.int32)
@@ -567,7 +567,7 @@ def test_scatter_mean_counts_past_the_data_dtype(backend):
 def true_mean(x, targets, src):
     """The contract's mean computed independently: the sum of the original value and every
     update in float64 (exact for the data below) or int64, divided by the count, rounded once
-    to the data dtype (integers toward zero). Untouched elements keep their value."""
+    to the data dtype (integers toward minus infinity, as PyTorch). Untouched elements keep their value."""
     wide = np.float64 if x.dtype.kind == "f" else np.int64
     total = x.astype(wide)
     count = np.zeros(x.shape, np.int64)
@@ -577,7 +577,7 @@ def true_mean(x, targets, src):
     if x.dtype.kind == "f":
         mean = (total / n).astype(x.dtype)
     else:
-        mean = (np.sign(total) * (np.abs(total) // n)).astype(x.dtype)
+        mean = (total // n).astype(x.dtype)
     return np.where(count > 0, mean, x)
 
 
@@ -657,7 +657,7 @@ def test_scatter_mean_of_int64_sums_wraps_in_int64(backend):
     x = np.array([2**62, 5], np.int64)
     idx = np.zeros(2, np.int64)
     src = np.array([2**62, 2**62], np.int64)
-    want = np.array([-(2**62 // 3), 5], np.int64)  # 3 * 2**62 wraps to -2**62; / 3 toward zero
+    want = np.array([-(2**62) // 3, 5], np.int64)  # 3 * 2**62 wraps to -2**62; / 3 rounded down
     c = Case()
     c.expect(c.b.scatter(c.input(x), c.input(idx), c.input(src), reduce="mean"), want, "int64 mean, wrapped sum")
     np.testing.assert_array_equal(R.scatter(x, idx, src, reduce="mean"), want)

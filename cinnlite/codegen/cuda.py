@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 import numpy as np
 
-from ..dtypes import DType, float16, int64
+from ..dtypes import DType, float16, int64, uint8
 from ..errors import CompileError
 from ..ir.loopnest import (Binary, Buffer, Cast, Cmp, Const, Expr, For, If, Let, Load, LoweredProgram, Reduce,
                            ReportIndexError, Select, Seq, Store, Var, dim_mul)
@@ -142,6 +142,10 @@ class _Helpers:
                          lock=PER_CHECK.index("lock"))
 
     def atomic(self, op, dtype: DType, emitter) -> str:
+        if dtype.is_bool:
+            # A bool is a byte holding 0 or 1, and only max (or) and min (and) reach it: the
+            # byte's own unsigned max and min are exactly those.
+            dtype = uint8
         name = f"cl_atomic_{op}_{_SUFFIX[dtype.name]}"
         if name in self.functions:
             return name

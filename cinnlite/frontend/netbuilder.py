@@ -6,11 +6,12 @@ Every method checks its operator's rules at once (see :mod:`cinnlite.ir.ops`) an
 from __future__ import annotations
 
 import re
+import warnings
 from typing import Sequence
 
 import numpy.typing as npt
 
-from ..api_types import DTypeLike, IndexLayout, IndexMode, Reduction, Scalar, ShapeLike
+from ..api_types import DTypeLike, IndexLayout, IndexMode, NdReduction, Reduction, Scalar, ShapeLike
 from ..dtypes import as_dtype
 from ..errors import ValidationError
 from ..ir import ops
@@ -20,8 +21,20 @@ from ..ir.symbolic import is_symbolic, recording_assumptions, symbols_of
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-:/]*")
 
 
+def _axis_or_dim(op: str, axis: int, dim: int | None) -> int:
+    """``axis``, or its other name ``dim`` where that is given instead."""
+    if dim is None:
+        return axis
+    if axis != 0 and axis != dim:
+        raise ValidationError(op, "axis is given once", f"axis={axis} and dim={dim} disagree; give one")
+    return dim
+
+
 class NetBuilder:
     """Records operators into a graph; ``build()`` returns an immutable :class:`Program`."""
+
+    #: Methods that are other systems' spellings, built from the registered operators.
+    SPELLINGS = ("scatter_assign", "scatter_add")
 
     def __init__(self, name: str = "program") -> None:
         self.name = str(name)
@@ -117,8 +130,10 @@ class NetBuilder:
                          fill_value=fill_value)
 
     def gather(self, x: Tensor, index: Tensor, axis: int = 0, mode: IndexMode = "raise", fill_value: Scalar = 0,
-               name: str | None = None) -> Tensor:
-        """Gather elements along ``axis``: ``out[i] = x[i with i[axis] = index[i]]``."""
+               name: str | None = None, *, dim: int | None = None) -> Tensor:
+        """Gather elements along ``axis``: ``out[i] = x[i with i[axis] = index[i]]``. ``dim`` is
+        CINN's and PyTorch's name for ``axis``."""
+        axis = _axis_or_dim("gather", axis, dim)
         return self._add("gather", [x, index], name, axis=axis, mode=mode, fill_value=fill_value)
 
     def gather_nd(self, x: Tensor, index: Tensor, batch_dims: int = 0, dims: Sequence[int] | None = None,
@@ -128,17 +143,61 @@ class NetBuilder:
         return self._add("gather_nd", [x, index], name, batch_dims=batch_dims, dims=dims, index_layout=index_layout,
                          mode=mode, fill_value=fill_value)
 
-    def scatter(self, x: Tensor, index: Tensor, src: Tensor, axis: int = 0, reduce: Reduction = "none",
-                mode: IndexMode = "raise", name: str | None = None) -> Tensor:
-        """A copy of ``x`` with ``src`` scattered along ``axis`` at ``index``."""
-        return self._add("scatter", [x, index, src], name, axis=axis, reduce=reduce, mode=mode)
+    def scatter(self, x: Tensor, index: Tensor, src: Tensor | None = None, axis: int = 0, reduce: Reduction = "none",
+                mode: IndexMode = "raise", name: str | None = None, *, include_self: bool = True,
+                dim: int | None = None, scr: Tensor | None = None) -> Tensor:
+        """A copy of ``x`` with ``src`` scattered along ``axis`` at ``index``. With a reduction,
+        ``include_self=False`` is PyTorch's ``scatter_reduce(include_self=False)``: an element
+        that updates land on combines only those updates, the others keep ``x``. ``dim`` is
+        CINN's and PyTorch's name for ``axis``; ``scr`` is the CINN design document's spelling of
+        ``src`` (accepted with a DeprecationWarning)."""
+        axis = _axis_or_dim("scatter", axis, dim)
+        if scr is not None:
+            if src is not None:
+                raise ValidationError("scatter", "src is given once", "both src and scr are given; use src")
+            warnings.warn("scatter(scr=...) is the CINN design document's spelling of src; use src=...",
+                          DeprecationWarning, stacklevel=2)
+            src = scr
+        if src is None:
+            raise ValidationError("scatter", "src is given", "scatter needs src, the updates")
+        return self._add("scatter", [x, index, src], name, axis=axis, reduce=reduce, mode=mode,
+                         include_self=include_self)
+
+    # -- CINN's builder spellings ----------------------------------------------------------------
+
+    def scatter_assign(self, x: Tensor, updates: Tensor, index: Tensor, axis: int = 0, name: str | None = None) -> Tensor:
+        """CINN's ``ScatterAssign``: a copy of ``x`` whose slices ``index[j]`` along ``axis`` are
+        the slices ``j`` of ``updates`` (``index`` is 1-D; the last write wins)."""
+        return self._slices_along("scatter_assign", x, updates, index, axis, "none", name)
+
+    def scatter_add(self, x: Tensor, updates: Tensor, index: Tensor, axis: int = 0, name: str | None = None) -> Tensor:
+        """CINN's ``ScatterAdd`` (PyTorch's ``index_add``): a copy of ``x`` with slice ``j`` of
+        ``updates`` added to slice ``index[j]`` along ``axis`` (``index`` is 1-D)."""
+        return self._slices_along("scatter_add", x, updates, index, axis, "add", name)
+
+    def _slices_along(self, op, x, updates, index, axis, reduce, name):
+        """A scatter of whole slices along ``axis`` by a 1-D index: the index broadcast over the
+        slices (a reshape and a broadcasting add, which fusion folds into the scatter)."""
+        x, updates, index = (self._own(op, t, role) for t, role in ((x, "x"), (updates, "updates"), (index, "index")))
+        if index.ndim != 1:
+            raise ValidationError(op, "index is 1-D", f"index has rank {index.ndim}; {op} takes one index per slice",
+                                  input=index.name)
+        axis = ops.normalize_axis(op, axis, x.ndim)
+        if updates.ndim != x.ndim:
+            raise ValidationError(op, "rank(updates) == rank(x)",
+                                  f"updates has rank {updates.ndim}, x has rank {x.ndim}", input=updates.name)
+        column = self.reshape(index, tuple(-1 if j == axis else 1 for j in range(x.ndim)))
+        spread = self.add(column, self.fill_constant(updates.shape, 0, index.dtype))
+        return self.scatter(x, spread, updates, axis=axis, reduce=reduce, name=name)
 
     def scatter_nd(self, x: Tensor, index: Tensor, src: Tensor, dims: Sequence[int] | None = None,
-                   reduce: Reduction = "none", index_layout: IndexLayout = "last", mode: IndexMode = "raise",
-                   name: str | None = None) -> Tensor:
-        """A copy of ``x`` with ``src`` scattered at index tuples (slice or element form)."""
+                   reduce: NdReduction = "none", index_layout: IndexLayout = "last", mode: IndexMode = "raise",
+                   name: str | None = None, *, include_self: bool = True) -> Tensor:
+        """A copy of ``x`` with ``src`` scattered at index tuples (slice or element form).
+        ``reduce="sub"`` subtracts every update (TensorFlow's ``tensor_scatter_nd_sub``);
+        ``include_self=False`` combines only the updates where any land (see ``scatter``)."""
         return self._add("scatter_nd", [x, index, src], name, dims=dims, reduce=reduce, index_layout=index_layout,
-                         mode=mode)
+                         mode=mode, include_self=include_self)
 
     # -- elementwise operators (numpy broadcasting) ------------------------------------------------
 

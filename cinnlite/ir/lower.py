@@ -14,6 +14,8 @@ out-of-range position; the compute itself clamps, so no index can ever leave a b
 """
 from __future__ import annotations
 
+import numpy as np
+
 from ..dtypes import bool_, float16, float32, float64, int64
 from ..errors import CompileError
 from .graph import Node, Program
@@ -67,9 +69,12 @@ class IndexValue:
             # The check proves the range, so any in-bounds guard will do: on a power-of-two
             # axis the wrap below is a mask, cheaper than a clamp, and equal on valid values.
             mode = "wrap"
-        if mode in ("raise", "clip"):
-            # raise: the check nest has proven the range; clamping keeps memory safe regardless.
+        if mode == "raise":
+            # The check nest has proven the range; clamping keeps memory safe regardless.
             self.index = minimum(maximum(wrapped_neg, const(0)), _minus_one(size))
+        elif mode == "clip":
+            # numpy's clip: every negative value, -1 included, clips to 0.
+            self.index = minimum(maximum(v, const(0)), _minus_one(size))
         elif mode == "wrap":
             r = Binary("mod", v, s)
             self.index = Select(Cmp("lt", r, const(0)), Binary("add", r, s), r)
@@ -214,37 +219,81 @@ def scatter_kernel(ctx: LoweringContext, node: Node, attrs, update_space, make_u
         """The update loops around ``update``, which fill mode skips for a dropped index."""
         return loop_nest(u, update_space, If(logical_and(*valids), update) if valids else update)
 
+    include_self = getattr(attrs, "include_self", True)
     if attrs.reduce == "mean":
         f = vars_.make(len(out.shape))
-        temps, stmts = mean_stages(x, out, c, f, tuple(target), value, update_nest)
+        temps, stmts = mean_stages(x, out, c, f, tuple(target), value, update_nest, include_self)
     else:
+        combine, value = combine_of(attrs.reduce, value)
         copy = loop_nest(c, out.shape, Store(out, tuple(c), Load(x, tuple(c))))
-        temps, stmts = (), (copy, update_nest(Reduce(out, tuple(target), value, attrs.reduce)))
+        # Without x: every target an update lands on starts from the combine's identity.
+        reset = () if include_self else (update_nest(Store(out, tuple(target), identity(combine, out.dtype))),)
+        temps, stmts = (), (copy,) + reset + (update_nest(Reduce(out, tuple(target), value, combine)),)
     body, checks = ctx.with_check(node, attrs.mode, index_buf, sizes, Seq(stmts), tuple_axis)
     return make_kernel(node, body, temps=temps, checks=checks, pure=False)
 
 
-def mean_stages(x, out, init_vars, finish_vars, target, value, update_nest):
+def combine_of(reduce: str, value):
+    """The :class:`Reduce` combine of a scatter's ``reduce``, and the value it combines: a
+    difference adds the negated update (exact: ``x - u == x + (-u)``, wrapping alike on
+    integers); on bool, add and max are a logical or, mul and min a logical and (PyTorch)."""
+    if reduce == "sub":
+        negated = Binary("mul", value, const(-1.0, value.dtype)) if value.dtype.is_float \
+            else Binary("sub", const(0, value.dtype), value)
+        return "add", negated
+    if value.dtype.is_bool:
+        return {"add": "max", "mul": "min"}.get(reduce, reduce), value
+    return reduce, value
+
+
+def identity(combine: str, dtype):
+    """The value that ``combine`` leaves any other unchanged: what ``include_self=False``
+    starts a target from."""
+    if combine == "add":
+        return const(0, dtype)
+    if combine == "mul":
+        return const(1, dtype)
+    if dtype.is_bool:
+        return const(combine == "min", dtype)
+    if dtype.is_float:
+        return const(float("-inf") if combine == "max" else float("inf"), dtype)
+    info = np.iinfo(dtype.np)
+    return const(info.min if combine == "max" else info.max, dtype)
+
+
+def mean_stages(x, out, init_vars, finish_vars, target, value, update_nest, include_self=True):
     """A true mean: the sum of x and every update, over their count, rounded once.
 
     The sum accumulates in a kernel temp of :data:`MEAN_SUM_DTYPES` (int64 wrapping around
     for integers), so that neither a float16 sum that stops growing nor an int8 sum that
     wraps spoils the quotient; the count is int64. The last stage writes every element:
-    the quotient where an update landed, x elsewhere."""
+    the quotient where an update landed, x elsewhere. Without ``include_self`` the sum of a
+    target that updates land on starts from 0 and x is not counted."""
     wide = MEAN_SUM_DTYPES.get(out.dtype.name, int64)
     total = Buffer(f"{out.name}__sum", wide, out.shape)
     count = Buffer(f"{out.name}__count", int64, out.shape)
     z, f = tuple(init_vars), tuple(finish_vars)
     init = loop_nest(z, out.shape, Seq((Store(total, z, Cast(wide, Load(x, z))), Store(count, z, const(0)))))
     update = Seq((Reduce(total, target, Cast(wide, value), "add"), Reduce(count, target, const(1), "add")))
+    reset = () if include_self else (update_nest(Store(total, target, const(0, wide))),)
     n = Load(count, f)
-    # Integers: int64 division rounds toward zero, and the quotient is no larger than the
-    # sum, so it fits back. Floats: the float64 quotient, rounded once more to the data dtype.
+    # Integers: the floor of the quotient (PyTorch's integer scatter mean), which is no larger
+    # in magnitude than the sum, so it fits back. Floats: the float64 quotient, rounded once
+    # more to the data dtype.
     divide_in = float64 if out.dtype.is_float else int64
-    quotient = Binary("div", Cast(divide_in, Load(total, f)), Cast(divide_in, Binary("add", n, const(1))))
+    # Without x an untouched target counts 0: divide by 1 there (its quotient is not used, but
+    # an integer division by zero would trap before the select picks x).
+    counted = Binary("add", n, const(1)) if include_self else maximum(n, const(1))
+    dividend, divisor = Cast(divide_in, Load(total, f)), Cast(divide_in, counted)
+    quotient = Binary("div", dividend, divisor)
+    if not out.dtype.is_float:
+        # int64 division truncates; the divisor is positive, so a negative remainder means the
+        # floor is one less.
+        remainder = Binary("sub", dividend, Binary("mul", quotient, divisor))
+        quotient = Select(Cmp("lt", remainder, const(0)), Binary("sub", quotient, const(1)), quotient)
     mean = Select(Cmp("gt", n, const(0)), Cast(out.dtype, quotient), Load(x, f))
     finish = loop_nest(f, out.shape, Store(out, f, mean))
-    return (total, count), (init, update_nest(update), finish)
+    return (total, count), (init,) + reset + (update_nest(update), finish)
 
 
 # -- programs --------------------------------------------------------------------------------------

@@ -361,12 +361,14 @@ class CPUExecutable(Executable):
         with _LOCK:
             return _target_machine(self._opt_level).emit_assembly(_llvm().parse_assembly(text))
 
-    def __call__(self, **inputs: np.typing.ArrayLike) -> Any:
+    def __call__(self, out=None, **inputs: np.typing.ArrayLike) -> Any:
         """Run on keyword arrays; returns the output array, or a tuple in output order.
 
         A call runs through the call entry (``native_call``) once its sizes have a plan;
         the entry declines whatever it does not take as it is, and the general path then
         converts, explains or raises as it always does."""
+        if out is not None:
+            return super().__call__(out, **inputs)
         fast = self._fast
         if fast is not None and len(inputs) == fast.n_inputs:
             try:
@@ -417,8 +419,8 @@ class CPUExecutable(Executable):
         return self.threads > 1 and any(info.kind != "serial" and work >= PARALLEL_MIN_WORK and extent >= 2
                                         for (info, _), (extent, work) in zip(self._stages, self._stage_sizes(plan)))
 
-    def _run(self, arrays: dict, plan) -> dict:
-        buffers = self._allocate(arrays, plan)
+    def _run(self, arrays: dict, plan, outputs: dict | None = None) -> dict:
+        buffers = self._allocate(arrays, plan, outputs)
         err = np.zeros(FIRST_FAILURE.size, np.int64)
         # Stage by stage only where a stage is big enough to split; otherwise main in one go.
         sizes = self._stage_sizes(plan) if self._parallel and self._splits(plan) else None

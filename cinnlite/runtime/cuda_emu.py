@@ -207,16 +207,20 @@ class CUDAEmuExecutable(CUDABaseExecutable):
     def cache_entry(self) -> dict | None:
         return {**super().cache_entry(), "emu_launcher": self._launcher}
 
-    def _allocate(self, arrays: dict, plan) -> dict:
+    def _allocate(self, arrays: dict, plan, outputs: dict | None = None) -> dict:
         buffers = dict(arrays)
         buffers.update(self._consts)
         buffers.update(plan.symbol_arrays)
         for name, shape, dtype, _ in plan.allocs:
-            buffers[name] = _padded_empty(shape, dtype)
+            # An out= array of 8- or 16-bit elements is written through a padded buffer (and
+            # copied in by the caller): the sub-word atomics may touch the bytes after a tensor.
+            given = outputs.get(name) if outputs else None
+            usable = given is not None and given.dtype.itemsize >= 4
+            buffers[name] = given if usable else _padded_empty(shape, dtype)
         return buffers
 
-    def _run(self, arrays: dict, plan) -> dict:
-        buffers = self._allocate(arrays, plan)
+    def _run(self, arrays: dict, plan, outputs: dict | None = None) -> dict:
+        buffers = self._allocate(arrays, plan, outputs)
         table = self._table_type(*[buffers[n].ctypes.data for n in self._slots])
         errors = self._new_error_buffer()
         with self._lock:  # the library's thread and block indices are globals

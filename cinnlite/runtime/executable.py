@@ -190,12 +190,14 @@ class Executable:
             arrays[name] = arr
         return arrays
 
-    def _allocate(self, arrays: dict, plan: ShapePlan) -> dict:
+    def _allocate(self, arrays: dict, plan: ShapePlan, outputs: dict | None = None) -> dict:
+        """Every buffer of a call: the inputs, constants and sizes, the caller's ``out=``
+        arrays, and new (or pooled) memory for the rest."""
         buffers = dict(arrays)
         buffers.update(self._consts)
         buffers.update(plan.symbol_arrays)
         for name, shape, dtype, nbytes in plan.allocs:
-            buffers[name] = self._pool.empty(shape, dtype, nbytes)
+            buffers[name] = outputs[name] if outputs and name in outputs else self._pool.empty(shape, dtype, nbytes)
         return buffers
 
     def _raise_index_error(self, check_id: int, position: int, buffers: dict, value: int | None = None,
@@ -215,28 +217,80 @@ class Executable:
             outs[b.name] = arr if b.name in self._produced else np.array(arr, copy=True)
         return outs
 
-    def run(self, inputs: dict) -> dict[str, np.ndarray]:
-        """Run on a dict of input arrays; returns ``{output name: array}``."""
+    def run(self, inputs: dict, out=None) -> dict[str, np.ndarray]:
+        """Run on a dict of input arrays; returns ``{output name: array}``. ``out`` as in
+        ``__call__``."""
         if not isinstance(inputs, dict):
             raise InputError("run() takes a dict of input name -> array")
-        return self._dispatch(self._check_inputs(inputs))
+        arrays = self._check_inputs(inputs)
+        if out is None:
+            return self._dispatch(arrays)
+        return self._run_into(arrays, out)
 
-    def __call__(self, **inputs: np.typing.ArrayLike) -> Any:
+    def __call__(self, out=None, **inputs: np.typing.ArrayLike) -> Any:
         """Run on keyword arrays; returns the output array, or a tuple in output order.
+
+        ``out=`` takes preallocated arrays for the outputs (an array, or a tuple in output
+        order): each of the output's shape and dtype, C-contiguous, aligned, writeable and
+        sharing no memory with an input; the kernels write into them, and they are the result.
+        (A program with an input named ``out`` takes that input under the name, and ``out=``
+        only through ``run``.)
 
         Typed ``Any`` because which of the two it is depends on the program, not on the call:
         a union would make every caller narrow a result whose kind it already knows."""
-        outs = self._dispatch(self._check_inputs(inputs))
+        if out is not None and "out" in self._input_names:
+            inputs["out"], out = out, None
+        arrays = self._check_inputs(inputs)
+        if out is not None:
+            outs = self._run_into(arrays, out)
+        else:
+            outs = self._dispatch(arrays)
         values = tuple(outs[b.name] for b in self.lowered.outputs)
         return values[0] if len(values) == 1 else values
 
-    def _dispatch(self, arrays: dict) -> dict:
-        """Run on checked arrays: the sizes they give decide the plan (``ShapePlans.plan_for``),
-        which is this code, or the static specialisation of exactly those sizes."""
+    def _run_into(self, arrays: dict, out) -> dict:
+        """A run whose outputs are the caller's arrays (see ``__call__``)."""
         plan = self._shapes.plan_for(arrays, self)
-        if plan.specialised is not None:
-            return plan.specialised.run(arrays)
-        return self._run(arrays, plan)
+        outputs = self._out_arrays(out, arrays, plan)
+        outs = self._dispatch(arrays, outputs, plan)
+        for name, arr in outputs.items():
+            if outs[name] is not arr:  # an input or a constant returned as an output: copied
+                np.copyto(arr, outs[name])
+                outs[name] = arr
+        return outs
 
-    def _run(self, arrays: dict, plan: ShapePlan) -> dict:
+    def _out_arrays(self, out, arrays: dict, plan: ShapePlan) -> dict:
+        """The ``out=`` arrays by output name, each checked against the output it receives."""
+        names = [b.name for b in self.lowered.outputs]
+        given = out if isinstance(out, (tuple, list)) else (out,)
+        if len(given) != len(names):
+            raise InputError(f"out= holds {len(given)} array(s); the program has {len(names)} output(s) "
+                             f"({', '.join(names)})")
+        checked = {}
+        for b, arr in zip(self.lowered.outputs, given):
+            want = tuple(plan.size_of(d) for d in b.shape)
+            if not isinstance(arr, np.ndarray):
+                raise InputTypeError(f"out= for output '{b.name}': expected a numpy array, got {type(arr).__name__}")
+            if arr.dtype != b.dtype.np:
+                raise InputTypeError(f"out= for output '{b.name}': expected dtype {b.dtype.np.name}, got {arr.dtype.name}")
+            if arr.shape != want:
+                raise InputError(f"out= for output '{b.name}': expected shape {want}, got {arr.shape}")
+            if not (arr.flags.c_contiguous and arr.flags.aligned and arr.flags.writeable):
+                raise InputError(f"out= for output '{b.name}': the array must be C-contiguous, aligned and writeable")
+            for name, a in list(arrays.items()) + list(checked.items()):
+                if np.may_share_memory(arr, a):
+                    raise InputError(f"out= for output '{b.name}' shares memory with '{name}'; give it its own array")
+            checked[b.name] = arr
+        return checked
+
+    def _dispatch(self, arrays: dict, outputs: dict | None = None, plan: ShapePlan | None = None) -> dict:
+        """Run on checked arrays: the sizes they give decide the plan (``ShapePlans.plan_for``),
+        which is this code, or the static specialisation of exactly those sizes. ``outputs``
+        are the caller's ``out=`` arrays, by output name."""
+        plan = plan or self._shapes.plan_for(arrays, self)
+        if plan.specialised is not None:
+            return plan.specialised._dispatch(arrays, outputs)
+        return self._run(arrays, plan, outputs)
+
+    def _run(self, arrays: dict, plan: ShapePlan, outputs: dict | None = None) -> dict:
         raise NotImplementedError

@@ -23,8 +23,9 @@ MAX_RANK, MAX_DIM = 6, 5
 ELEMENT_CAP = 600  # per tensor: the numpy reference visits elements one by one
 BIG_ELEMENT_CAP = 1 << 17  # big draws: enough work for the backends to split across threads
 ND_KINDS = ("gather_nd", "gather_nd_dims", "scatter_nd", "scatter_nd_dims")
-DATA_KIND_OF_REDUCTION = {"none": "any", "add": "small", "mean": "small", "mul": "factors",
+DATA_KIND_OF_REDUCTION = {"none": "any", "add": "small", "sub": "small", "mean": "small", "mul": "factors",
                           "max": "nonan", "min": "nonan"}
+BOOL_REDUCTIONS = ("none", "add", "mul", "max", "min")
 
 
 def choose(rng, k: int) -> dict:
@@ -43,10 +44,14 @@ def choose(rng, k: int) -> dict:
              axis_none=bool(rng.random() < 0.12), big=bool(rng.random() < 0.07),
              options=dict(opt_level=int(rng.choice([0, 2, 3, 3])), threads=[None, None, 1, 3][int(rng.integers(4))],
                           fuse=bool(rng.random() < 0.75)))
-    c["reduce"] = "none" if dtype == "bool" else str(rng.choice(REDUCTIONS))
+    c["reduce"] = str(rng.choice(BOOL_REDUCTIONS if dtype == "bool" else REDUCTIONS))
     if c["mode"] == "raise" and rng.random() < 0.5:
         c["in_range"] = True
     c["symbolic"] = bool(rng.random() < 0.3)  # sizes as symbols: the shape-generic code (check.build)
+    # include_self=False (scatters with a reduction) and scatter_nd's "sub".
+    c["include_self"] = bool(rng.random() < 0.7)
+    if kind.startswith("scatter_nd") and dtype != "bool" and rng.random() < 0.15:
+        c["reduce"] = "sub"
     if c["tiny_axes"]:
         # A raise-mode chain into axes of size 0 and 1: the computed index is out of range
         # wherever the axis is empty, and the producer's own bad index must still be the error.
@@ -75,6 +80,9 @@ def _realize_once(rng, c, max_rank, max_dim):
         sizes.append(math.prod(form.src_shape))
     if max(sizes) > (BIG_ELEMENT_CAP if c.get("big", False) else ELEMENT_CAP):
         return None
+    if c["reduce"] not in ("none", "sub") and not c.get("include_self", True) and c["kind"] not in GATHERS \
+            and c["kind"] != "gather_nd_dims":
+        kw["include_self"] = False
     inputs, data_kind = _operands(rng, c, form, kw)
     c = dict(c, data_kind=data_kind)
     method = {"gather_nd_dims": "gather_nd", "scatter_nd_dims": "scatter_nd"}.get(c["kind"], c["kind"])

@@ -32,14 +32,13 @@ def _resolved(step: Step, env, allow_negative: bool):
     sizes = np.broadcast_to(addressed_sizes(step, env), raw.shape).astype(np.int64)
     inside = (raw >= -sizes) & (raw < sizes)
     mode = step.kwargs.get("mode", "raise")
+    if mode == "clip":
+        return np.clip(raw, 0, np.maximum(sizes - 1, 0))  # numpy's clip: negatives go to 0
     if inside.all():
         return raw if allow_negative else np.where(raw < 0, raw + sizes, raw)
     if mode in ("raise", "fill"):
         raise ExternalCannot(f"{mode} with an out-of-range index")
-    if mode == "clip":
-        out = np.where(raw < -sizes, 0, np.where(raw >= sizes, sizes - 1, raw))
-    else:
-        out = np.where(inside, raw, raw % np.maximum(sizes, 1))
+    out = np.where(inside, raw, raw % np.maximum(sizes, 1))
     return out if allow_negative else np.where(out < 0, out + sizes, out)
 
 
@@ -118,10 +117,10 @@ def _torch_scatter(torch, step: Step, env):
             raise ExternalCannot("torch.scatter is undefined for duplicate targets")
         return _tensor(torch, x).scatter(axis, _tensor(torch, pos), _tensor(torch, src)).numpy()
     if reduce == "mean" and x.dtype.kind in "iu":
-        raise ExternalCannot("torch's integer mean floors; ours rounds toward zero")
+        raise ExternalCannot("torch sums an integer mean in the data dtype, wrapping; ours sums in int64")
     name = {"add": "sum", "mul": "prod", "max": "amax", "min": "amin", "mean": "mean"}[reduce]
     return _tensor(torch, x).scatter_reduce(axis, _tensor(torch, pos), _tensor(torch, src), reduce=name,
-                                            include_self=True).numpy()
+                                            include_self=kw.get("include_self", True)).numpy()
 
 
 # -- ONNX --------------------------------------------------------------------------------------------
@@ -199,8 +198,10 @@ def _onnx_gather_nd(step, x, pos):
 def _onnx_scatter(step, env, x, idx, pos):
     kw = step.kwargs
     reduce = kw.get("reduce", "none")
-    if reduce == "mean":
-        raise ExternalCannot("ONNX has no mean reduction")
+    if reduce in ("mean", "sub") or not kw.get("include_self", True):
+        raise ExternalCannot("ONNX has no mean or difference, and always includes x")
+    if x.dtype == np.bool_ and reduce != "none":
+        raise ExternalCannot("ONNX defines no reduction on bool")
     if step.method == "scatter_nd" and kw.get("dims") is not None:
         raise ExternalCannot("ONNX ScatterND has no element form")
     if reduce == "none" and _has_duplicates(_scatter_targets(step, env, _resolved(step, env, False))):

@@ -18,6 +18,8 @@ from ..symbolic import Dim, is_zero, symbol
 
 MODES = ("raise", "clip", "wrap", "fill")
 REDUCTIONS = ("none", "add", "mul", "max", "min", "mean")
+#: ``scatter_nd`` also subtracts (TensorFlow's ``tensor_scatter_nd_sub``).
+ND_REDUCTIONS = REDUCTIONS + ("sub",)
 INDEX_LAYOUTS = ("last", "first")
 
 
@@ -48,14 +50,26 @@ def check_mode(op, mode):
                               f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
 
 
-def check_reduce(op, reduce, dtype):
-    """``reduce`` is one of :data:`REDUCTIONS`; bool data combines with ``"none"`` only."""
-    if reduce not in REDUCTIONS:
-        raise ValidationError(op, "reduce is one of none/add/mul/max/min/mean",
-                              f"unknown reduce {reduce!r}; expected one of {', '.join(REDUCTIONS)}")
-    if dtype.is_bool and reduce != "none":
-        raise DTypeError(op, "bool data: reduce none only",
-                         f"reduce={reduce!r} is not defined on bool data; only 'none'")
+def check_reduce(op, reduce, dtype, allowed=REDUCTIONS):
+    """``reduce`` is one of ``allowed``; bool data combines as PyTorch's bool reductions do
+    (add and max are a logical or, mul and min a logical and) and has no mean or difference."""
+    if reduce not in allowed:
+        raise ValidationError(op, f"reduce is one of {'/'.join(allowed)}",
+                              f"unknown reduce {reduce!r}; expected one of {', '.join(allowed)}")
+    if dtype.is_bool and reduce in ("mean", "sub"):
+        raise DTypeError(op, "bool data: reduce none/add/mul/max/min",
+                         f"reduce={reduce!r} is not defined on bool data")
+
+
+def check_include_self(op, include_self, reduce) -> bool:
+    """``include_self`` is a bool, and False only with a reduction (PyTorch's ``scatter_reduce``)."""
+    if not isinstance(include_self, (bool, np.bool_)):
+        raise ValidationError(op, "include_self is a bool", f"include_self must be True or False, got {include_self!r}")
+    if not include_self and reduce in ("none", "sub"):
+        raise ValidationError(op, "include_self=False needs a reduction other than sub",
+                              f"include_self=False combines the updates without x; reduce={reduce!r} "
+                              f"{'overwrites anyway' if reduce == 'none' else 'subtracts them from x'}")
+    return bool(include_self)
 
 
 def check_index_dtype(op, index, name="index"):
@@ -187,10 +201,11 @@ def check_src(op, x, src):
         raise DTypeError(op, "src dtype == x dtype", f"src has dtype {src.dtype}, x has {x.dtype}", input=src.name)
 
 
-def check_scatter_operands(op, x, idx, src, mode, reduce):
+def check_scatter_operands(op, x, idx, src, mode, reduce, include_self=True, allowed=REDUCTIONS) -> bool:
     """The rules every scatter shares, in the order its errors are reported: the index dtype,
-    the updates' dtype, the mode and the reduction."""
+    the updates' dtype, the mode, the reduction and ``include_self``; returns ``include_self``."""
     check_index_dtype(op, idx, idx.name)
     check_src(op, x, src)
     check_mode(op, mode)
-    check_reduce(op, reduce, x.dtype)
+    check_reduce(op, reduce, x.dtype, allowed)
+    return check_include_self(op, include_self, reduce)

@@ -23,13 +23,14 @@ class ScatterAttrs:
     axis: int = 0
     reduce: str = "none"
     mode: str = "raise"
+    include_self: bool = True
 
 
-def infer_scatter(inputs, axis, reduce, mode):
+def infer_scatter(inputs, axis, reduce, mode, include_self):
     """Output x's shape and dtype."""
     x, idx, src = inputs
     op = "scatter"
-    check_scatter_operands(op, x, idx, src, mode, reduce)
+    include_self = check_scatter_operands(op, x, idx, src, mode, reduce, include_self)
     r = x.ndim
     axis = normalize_axis(op, axis, r)
     if idx.ndim != r:
@@ -44,7 +45,7 @@ def infer_scatter(inputs, axis, reduce, mode):
             raise ValidationError(op, "index.shape[j] <= x.shape[j] for j != axis",
                                   f"index.shape[{j}]={idx.shape[j]} > x.shape[{j}]={x.shape[j]}", input=idx.name)
     check_nonempty_axis(op, mode, x.shape[axis], idx)
-    return ScatterAttrs(axis, reduce, mode), tuple(x.shape), x.dtype
+    return ScatterAttrs(axis, reduce, mode, include_self), tuple(x.shape), x.dtype
 
 
 def lower_scatter(ctx: LoweringContext, node, attrs: ScatterAttrs) -> Kernel:

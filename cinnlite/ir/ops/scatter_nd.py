@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from ...errors import ValidationError
 from ..loopnest import Kernel, Load
 from ..lower import IndexValue, LoweringContext, buffer_of, scatter_kernel, tuple_load
-from .common import (check_layout, check_nonempty_axis, check_scatter_operands, index_tuple_shape, normalize_dims,
-                     static_dim)
+from .common import (ND_REDUCTIONS, check_layout, check_nonempty_axis, check_scatter_operands, index_tuple_shape,
+                     normalize_dims, static_dim)
 from ..symbolic import dims_le, shapes_equal
 from .definition import OpDef
 
@@ -25,13 +25,14 @@ class ScatterNdAttrs:
     reduce: str = "none"
     index_layout: str = "last"
     mode: str = "raise"
+    include_self: bool = True
 
 
-def infer_scatter_nd(inputs, dims, reduce, index_layout, mode):
+def infer_scatter_nd(inputs, dims, reduce, index_layout, mode, include_self):
     """The rules both forms share, then those of the form ``dims`` selects; x's shape and dtype."""
     x, idx, src = inputs
     op = "scatter_nd"
-    check_scatter_operands(op, x, idx, src, mode, reduce)
+    include_self = check_scatter_operands(op, x, idx, src, mode, reduce, include_self, ND_REDUCTIONS)
     check_layout(op, index_layout)
     if idx.ndim < 1:
         raise ValidationError(op, "rank(index) >= 1", "index must have at least one axis (the index tuples)",
@@ -42,7 +43,7 @@ def infer_scatter_nd(inputs, dims, reduce, index_layout, mode):
         dims = _check_element_form(x, idx, src, ishape, dims, mode)
     else:
         _check_slice_form(x, idx, src, ishape, mode)
-    return ScatterNdAttrs(dims, reduce, index_layout, mode), tuple(x.shape), x.dtype
+    return ScatterNdAttrs(dims, reduce, index_layout, mode, include_self), tuple(x.shape), x.dtype
 
 
 def _check_element_form(x, idx, src, ishape, dims, mode):
