@@ -12,11 +12,14 @@ result into a preallocated array of the right shape and dtype and returns it.
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
 from .api_types import IndexLayout, IndexMode, NdReduction, Reduction, Scalar, Target
+
+#: An array: numpy's, anything np.asarray takes, or a CPU array with __dlpack__ (a PyTorch tensor).
+ArrayLike = Any
 
 _PROGRAMS: dict = {}
 _LOCK = threading.Lock()
@@ -93,7 +96,7 @@ def _builder(name: str, make):
     return build
 
 
-def take(a, indices, axis: int | None = None, out=None, mode: IndexMode = "raise", *, fill_value: Scalar = 0,
+def take(a: ArrayLike, indices: ArrayLike, axis: int | None = None, out: Any = None, mode: IndexMode = "raise", *, fill_value: Scalar = 0,
          batch_dims: int = 0, target: Target = "cpu") -> Any:
     """``np.take``: slices of ``a`` along ``axis`` (``None``, the default, flattens ``a``)."""
     key = ("take", axis, mode, fill_value, batch_dims, target)
@@ -106,7 +109,7 @@ def take(a, indices, axis: int | None = None, out=None, mode: IndexMode = "raise
                 target, {"a": a, "indices": indices}, out)
 
 
-def gather(x, index, axis: int = 0, mode: IndexMode = "raise", fill_value: Scalar = 0, out=None, *,
+def gather(x: ArrayLike, index: ArrayLike, axis: int = 0, mode: IndexMode = "raise", fill_value: Scalar = 0, out: Any = None, *,
            dim: int | None = None, target: Target = "cpu") -> Any:
     """``torch.gather`` / ONNX GatherElements: ``out[i] = x[i with i[axis] = index[i]]``."""
     axis = axis if dim is None else dim
@@ -120,8 +123,8 @@ def gather(x, index, axis: int = 0, mode: IndexMode = "raise", fill_value: Scala
                 target, {"x": x, "index": index}, out)
 
 
-def gather_nd(x, index, batch_dims: int = 0, dims=None, index_layout: IndexLayout = "last",
-              mode: IndexMode = "raise", fill_value: Scalar = 0, out=None, *, target: Target = "cpu") -> Any:
+def gather_nd(x: ArrayLike, index: ArrayLike, batch_dims: int = 0, dims: Sequence[int] | None = None, index_layout: IndexLayout = "last",
+              mode: IndexMode = "raise", fill_value: Scalar = 0, out: Any = None, *, target: Target = "cpu") -> Any:
     """ONNX GatherND (``dims=None``) or its element form. The index tuple length is part of the
     structure: it is the one dimension kept a number."""
     dims_key = None if dims is None else tuple(dims)
@@ -151,7 +154,7 @@ def _tuple_builder(name, make, layout):
     return build
 
 
-def scatter(x, index, src, axis: int = 0, reduce: Reduction = "none", mode: IndexMode = "raise", out=None, *,
+def scatter(x: ArrayLike, index: ArrayLike, src: ArrayLike, axis: int = 0, reduce: Reduction = "none", mode: IndexMode = "raise", out: Any = None, *,
             include_self: bool = True, dim: int | None = None, deterministic: bool = False,
             target: Target = "cpu") -> Any:
     """A copy of ``x`` with ``src`` combined in along ``axis`` at ``index`` (``torch.scatter``,
@@ -167,8 +170,8 @@ def scatter(x, index, src, axis: int = 0, reduce: Reduction = "none", mode: Inde
                 target, {"x": x, "index": index, "src": src}, out, deterministic)
 
 
-def scatter_nd(x, index, src, dims=None, reduce: NdReduction = "none", index_layout: IndexLayout = "last",
-               mode: IndexMode = "raise", out=None, *, include_self: bool = True, deterministic: bool = False,
+def scatter_nd(x: ArrayLike, index: ArrayLike, src: ArrayLike, dims: Sequence[int] | None = None, reduce: NdReduction = "none", index_layout: IndexLayout = "last",
+               mode: IndexMode = "raise", out: Any = None, *, include_self: bool = True, deterministic: bool = False,
                target: Target = "cpu") -> Any:
     """A copy of ``x`` with ``src`` combined in at index tuples (ONNX ScatterND, TensorFlow's
     ``tensor_scatter_nd_*``)."""
@@ -184,7 +187,7 @@ def scatter_nd(x, index, src, dims=None, reduce: NdReduction = "none", index_lay
                 out, deterministic)
 
 
-def scatter_add(x, updates, index, axis: int = 0, out=None, *, target: Target = "cpu") -> Any:
+def scatter_add(x: ArrayLike, updates: ArrayLike, index: ArrayLike, axis: int = 0, out: Any = None, *, target: Target = "cpu") -> Any:
     """CINN's ``scatter_add`` (PyTorch's ``index_add``): slice ``j`` of ``updates`` added to slice
     ``index[j]`` of a copy of ``x`` along ``axis``."""
     key = ("scatter_add", axis, target)

@@ -107,7 +107,7 @@ def test_parallel_executable_from_8_threads(backend):
         rng = np.random.default_rng(100 + seed)
         xs = rng.integers(-1000, 1000, (512, 256)).astype(np.float32)
         idx = rng.integers(-300, 300, (512, 256))
-        want_g = np.take_along_axis(xs, np.clip(np.where(idx < 0, idx + 256, idx), 0, 255), axis=1)
+        want_g = np.take_along_axis(xs, np.clip(idx, 0, 255), axis=1)  # numpy's clip: negatives go to 0
         want_u = xs.copy()
         rows = np.repeat(np.arange(512), 256)
         np.add.at(want_u, (rows, (idx % 256).reshape(-1)), 1.0)

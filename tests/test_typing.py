@@ -30,6 +30,7 @@ def public_functions():
         if callable(member) and (not name.startswith("_") or name == "__init__"):
             yield member
     yield from (Executable.run, Executable.__call__, Executable.source, Executable.stages.fget)
+    yield from (cl.take, cl.gather, cl.gather_nd, cl.scatter, cl.scatter_nd, cl.scatter_add)
 
 
 @pytest.mark.parametrize("function", list(public_functions()), ids=lambda f: f.__qualname__)

@@ -25,7 +25,7 @@ from ..codegen.llvm import ERROR, FLAGGED, OK, LLVMRenderer, stage_plan
 from ..errors import CompileError
 from ..ir.loopnest import LoweredProgram
 from .cache import compiler_source_digest
-from .executable import POOL_MIN_BYTES, Executable
+from .executable import POOL_MIN_BYTES, Executable, OutArrays
 from .native_call import GENERAL, HOLD_GIL_MAX_WORK, FastPlan, NativeCall, array_layout_confirmed, register_symbols
 from .workers import MAX_THREADS, check_threads, shared_pool
 
@@ -361,7 +361,7 @@ class CPUExecutable(Executable):
         with _LOCK:
             return _target_machine(self._opt_level).emit_assembly(_llvm().parse_assembly(text))
 
-    def __call__(self, out=None, **inputs: np.typing.ArrayLike) -> Any:
+    def __call__(self, out: OutArrays = None, **inputs: np.typing.ArrayLike) -> Any:
         """Run on keyword arrays; returns the output array, or a tuple in output order.
 
         A call runs through the call entry (``native_call``) once its sizes have a plan;

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from typing import Any
+from typing import Any, Sequence, Union
 
 import numpy as np
 
@@ -12,6 +12,9 @@ from ..errors import InputError, InputTypeError
 from ..ir.loopnest import LoweredProgram
 from .shapes import ShapePlan, ShapePlans, shape_matches, shape_tuple_text
 
+
+#: ``out=``: an array for a program's one output, or a tuple (or list) of them in output order.
+OutArrays = Union[np.ndarray, Sequence[np.ndarray], None]
 
 #: Buffers of at least this many bytes are recycled between calls (see ``BufferPool``); past
 #: ``POOL_MAX_BYTES`` they are not kept, so a huge result is given back as soon as it is dropped.
@@ -217,7 +220,7 @@ class Executable:
             outs[b.name] = arr if b.name in self._produced else np.array(arr, copy=True)
         return outs
 
-    def run(self, inputs: dict, out=None) -> dict[str, np.ndarray]:
+    def run(self, inputs: dict, out: OutArrays = None) -> dict[str, np.ndarray]:
         """Run on a dict of input arrays; returns ``{output name: array}``. ``out`` as in
         ``__call__``."""
         if not isinstance(inputs, dict):
@@ -227,7 +230,7 @@ class Executable:
             return self._dispatch(arrays)
         return self._run_into(arrays, out)
 
-    def __call__(self, out=None, **inputs: np.typing.ArrayLike) -> Any:
+    def __call__(self, out: OutArrays = None, **inputs: np.typing.ArrayLike) -> Any:
         """Run on keyword arrays; returns the output array, or a tuple in output order.
 
         ``out=`` takes preallocated arrays for the outputs (an array, or a tuple in output
