@@ -66,8 +66,8 @@ def Int(bits: int = 32) -> DType:
 
 
 def UInt(bits: int = 8) -> DType:
-    if bits != 8:
-        raise DTypeError("UInt", "supported dtypes", f"UInt({bits}) is not supported; only UInt(8)")
+    if bits not in (8, 16, 32, 64):
+        raise DTypeError("UInt", "supported dtypes", f"UInt({bits}) is not supported; use 8, 16, 32 or 64")
     return DType("uint", bits)
 
 
@@ -77,11 +77,15 @@ def Bool() -> DType:
 
 float16, float32, float64 = Float(16), Float(32), Float(64)
 int8, int16, int32, int64 = Int(8), Int(16), Int(32), Int(64)
-uint8, bool_ = UInt(8), Bool()
+uint8, uint16, uint32, uint64 = UInt(8), UInt(16), UInt(32), UInt(64)
+bool_ = Bool()
 
 DATA_DTYPES = (bool_, int8, int16, int32, int64, uint8, float16, float32, float64)
-INDEX_DTYPES = (int32, int64)
-_BY_NAME = {d.name: d for d in DATA_DTYPES}
+#: Index tensors may have every integer dtype (SEMANTICS.md, "Index values").
+INDEX_DTYPES = (int8, int16, int32, int64, uint8, uint16, uint32, uint64)
+#: Every dtype a tensor may have: the data dtypes and the index dtypes.
+ALL_DTYPES = DATA_DTYPES + tuple(d for d in INDEX_DTYPES if d not in DATA_DTYPES)
+_BY_NAME = {d.name: d for d in ALL_DTYPES}
 
 
 #: What every ``dtype`` argument accepts: a :class:`DType` (``Float(32)``), a name (``"float32"``)
@@ -92,7 +96,7 @@ DTypeLike = Union[DType, npt.DTypeLike]
 def as_dtype(value: DTypeLike, op: str = "dtype") -> DType:
     """Turn a DType, a dtype name or a numpy dtype into a supported :class:`DType`."""
     if isinstance(value, DType):
-        if value in DATA_DTYPES:
+        if value in ALL_DTYPES:
             return value
         raise DTypeError(op, "supported dtypes", f"dtype {value} is not supported")
     try:

@@ -49,6 +49,33 @@ def every_operator_and_mode():
     return b.build(outs)
 
 
+INDEX_DTYPES = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"]
+
+
+def every_index_dtype(index_dtype: str):
+    """Every way an index value is resolved (each mode, plain and tuple indices, a symbolic
+    axis size) for one index dtype: the comparisons and the modulo of the index policy."""
+    b = NetBuilder(f"index_{index_dtype}")
+    x = b.create_input("float32", (5, 4, 3), "x")
+    xs = b.create_input("float32", ("N", 4), "xs")
+    i = b.create_input(index_dtype, (2, 4, 3), "i")
+    tup = b.create_input(index_dtype, (2, 2), "tup")
+    src = b.create_input("float32", (2, 4, 3), "src")
+    outs = []
+    for mode in MODES:
+        outs.append(b.take(x, tup, axis=1, mode=mode))
+        outs.append(b.gather(x, i, axis=0, mode=mode))
+        outs.append(b.gather_nd(x, tup, mode=mode, index_layout="first"))
+        outs.append(b.scatter(x, i, src, axis=0, reduce="add", mode=mode))
+        outs.append(b.take(xs, tup, axis=0, mode=mode))
+    return b.build(outs)
+
+
+@pytest.mark.parametrize("index_dtype", INDEX_DTYPES)
+def test_every_index_dtype_compiles_for_sm90_and_sm80(index_dtype):
+    assert_compiles(cl.compile(every_index_dtype(index_dtype), target="cuda"))
+
+
 def every_dtype(dtype: str):
     """The parts of the kernels that depend on the data dtype: loads and stores, fill values,
     every reduction the dtype allows (atomics), elementwise arithmetic and casts."""

@@ -47,7 +47,7 @@ from .renderer import RenderedModule, Renderer
 BLOCK = 256  # threads per block; also the kernels' __launch_bounds__
 
 _SUFFIX = {"bool": "b", "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64", "uint8": "u8",
-           "float16": "f16", "float32": "f32", "float64": "f64"}
+           "uint16": "u16", "uint32": "u32", "uint64": "u64", "float16": "f16", "float32": "f32", "float64": "f64"}
 _INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "mod": "%"}
 _CMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -132,8 +132,9 @@ class _Helpers:
     def float_to_int(self, dtype: DType) -> str:
         info = np.iinfo(dtype.np)
         lo = "(-9223372036854775807LL - 1LL)" if dtype.bits == 64 and dtype.is_signed else str(int(info.min))
+        suffix = ("u" if not dtype.is_signed else "") + ("LL" if dtype.bits == 64 else "")
         return self._add(f"cl_ftoi_{_SUFFIX[dtype.name]}", kind="float_to_int", ctype=value_ctype(dtype),
-                         lo=lo, hi=f"{int(info.max)}{'LL' if dtype.bits == 64 else ''}",
+                         lo=lo, hi=f"{int(info.max)}{suffix}",
                          lo_f=repr(float(info.min)), hi_f=repr(float(info.max)))
 
     def report(self) -> str:
@@ -250,6 +251,8 @@ class _Emitter:
             if v == -2**31:
                 return "(-2147483647 - 1)"
             return f"({v})" if v < 0 else str(v)
+        if not dtype.is_signed:  # an unsigned literal: uint64 values past the int64 range included
+            return f"(({value_ctype(dtype)}){v}ULL)"
         return f"(({value_ctype(dtype)}){v})"
 
     def element(self, buf: Buffer, indices) -> str:

@@ -27,19 +27,25 @@ def _norm_axis(axis, r):
 def _resolved(step: Step, env, allow_negative: bool):
     """The main step's index with every out-of-range value resolved by the mode (clip, wrap),
     or ExternalCannot where the mode has no counterpart elsewhere (raise, fill). In-range
-    negative values stay negative only if ``allow_negative``."""
-    raw = env[step.args[1]].astype(np.int64)
+    negative values stay negative only if ``allow_negative``. Computed on Python integers, so
+    that a uint64 value past the int64 range keeps its true value (no wrap to negative)."""
+    raw = env[step.args[1]].astype(object)
     sizes = np.broadcast_to(addressed_sizes(step, env), raw.shape).astype(np.int64)
     inside = (raw >= -sizes) & (raw < sizes)
     mode = step.kwargs.get("mode", "raise")
-    if mode == "clip":
-        return np.clip(raw, 0, np.maximum(sizes - 1, 0))  # numpy's clip: negatives go to 0
+    if mode == "clip":  # numpy's clip: negatives go to 0
+        return np.minimum(np.maximum(raw, 0), np.maximum(sizes - 1, 0)).astype(np.int64)
     if inside.all():
-        return raw if allow_negative else np.where(raw < 0, raw + sizes, raw)
+        return (raw if allow_negative else np.where(raw < 0, raw + sizes, raw)).astype(np.int64)
     if mode in ("raise", "fill"):
         raise ExternalCannot(f"{mode} with an out-of-range index")
     out = np.where(inside, raw, raw % np.maximum(sizes, 1))
-    return out if allow_negative else np.where(out < 0, out + sizes, out)
+    return (out if allow_negative else np.where(out < 0, out + sizes, out)).astype(np.int64)
+
+
+def _onnx_index_dtype(idx):
+    """ONNX indices are int32 or int64: the index's own dtype where it is one of them."""
+    return idx.dtype if idx.dtype in (np.int32, np.int64) else np.int64
 
 
 def _tuples_last(step, idx):
@@ -175,14 +181,14 @@ def _onnx_gather(step, x, idx, pos):
     axis = step.kwargs.get("axis", 0)
     if axis is None:
         x, axis = x.reshape(-1), 0
-    return "Gather", {"x": x, "i": pos.astype(idx.dtype)}, dict(axis=axis)
+    return "Gather", {"x": x, "i": pos.astype(_onnx_index_dtype(idx))}, dict(axis=axis)
 
 
 def _onnx_gather_elements(step, x, idx, pos):
     axis = _norm_axis(step.kwargs.get("axis", 0), x.ndim)
     if any(idx.shape[j] != x.shape[j] for j in range(x.ndim) if j != axis):
         raise ExternalCannot("the ONNX reference's GatherElements needs equal cross-sections")
-    return "GatherElements", {"x": x, "i": pos.astype(idx.dtype)}, dict(axis=axis)
+    return "GatherElements", {"x": x, "i": pos.astype(_onnx_index_dtype(idx))}, dict(axis=axis)
 
 
 def _onnx_gather_nd(step, x, pos):
@@ -208,7 +214,7 @@ def _onnx_scatter(step, env, x, idx, pos):
     if step.method == "scatter":
         axis = _norm_axis(kw.get("axis", 0), x.ndim)
         updates = np.ascontiguousarray(src[tuple(slice(0, n) for n in idx.shape)])
-        return "ScatterElements", {"x": x, "i": pos.astype(idx.dtype), "u": updates}, dict(axis=axis, reduction=reduce)
+        return "ScatterElements", {"x": x, "i": pos.astype(_onnx_index_dtype(idx)), "u": updates}, dict(axis=axis, reduction=reduce)
     tl = _tuples_last(step, pos)
     if tl.shape[-1] == 0:
         raise ExternalCannot("empty index tuples")

@@ -72,10 +72,11 @@ def check_include_self(op, include_self, reduce) -> bool:
 
 
 def check_index_dtype(op, index, name="index"):
-    """Index tensors are int32 or int64."""
+    """Index tensors have an integer dtype, signed or unsigned, of any width."""
     if index.dtype not in INDEX_DTYPES:
-        raise DTypeError(op, "index dtype is int32 or int64",
-                         f"index dtype {index.dtype} is not supported; use int32 or int64", input=name)
+        raise DTypeError(op, "index dtype is an integer dtype",
+                         f"index dtype {index.dtype} is not supported; use an integer dtype "
+                         f"({', '.join(d.name for d in INDEX_DTYPES)})", input=name)
 
 
 def check_layout(op, layout):
