@@ -80,7 +80,7 @@ int8, int16, int32, int64 = Int(8), Int(16), Int(32), Int(64)
 uint8, uint16, uint32, uint64 = UInt(8), UInt(16), UInt(32), UInt(64)
 bool_ = Bool()
 
-DATA_DTYPES = (bool_, int8, int16, int32, int64, uint8, float16, float32, float64)
+DATA_DTYPES = (bool_, int8, int16, int32, int64, uint8, uint16, uint32, uint64, float16, float32, float64)
 #: Index tensors may have every integer dtype (SEMANTICS.md, "Index values").
 INDEX_DTYPES = (int8, int16, int32, int64, uint8, uint16, uint32, uint64)
 #: Every dtype a tensor may have: the data dtypes and the index dtypes.

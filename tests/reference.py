@@ -15,8 +15,8 @@ Conventions shared by every function:
   ``mul`` wrap around like numpy arrays do; float ``max``/``min`` propagate NaN like
   ``np.maximum``/``np.minimum``; ``mean`` is ``(x + sum of updates) / (1 + count)`` on the
   elements some update touched: the sum accumulates in a wide type (float32 for float16 data,
-  float64 for float32 and float64, int64 wrapping around for integers), then is divided by the
-  exact count, rounded once to the data dtype (toward zero for integers).
+  float64 for float32 and float64, int64 wrapping around for integers, uint64 for uint64), then
+  is divided by the exact count, rounded once to the data dtype (the floor for integers).
 """
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ import numpy as np
 
 MODES = ("raise", "clip", "wrap", "fill")
 REDUCTIONS = ("none", "add", "mul", "max", "min", "mean")
-#: The type a mean's sum accumulates in, for float data; integer data sums in int64.
-MEAN_SUM_DTYPES = {"float16": np.float32, "float32": np.float64, "float64": np.float64}
+#: The type a mean's sum accumulates in: every other integer dtype sums in int64.
+MEAN_SUM_DTYPES = {"float16": np.float32, "float32": np.float64, "float64": np.float64, "uint64": np.uint64}
 INDEX_LAYOUTS = ("last", "first")
 
 

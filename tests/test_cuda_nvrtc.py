@@ -19,7 +19,8 @@ from cinnlite.runtime import nvrtc
 pytest.importorskip("cuda.bindings.nvrtc", reason="NVRTC (the optional extra `cuda`) is not installed")
 
 ARCHS = ("sm_90", "sm_80")
-DATA_DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "float16", "float32", "float64"]
+DATA_DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "float32",
+               "float64"]
 MODES = ["raise", "clip", "wrap", "fill"]
 REDUCTIONS = ["none", "add", "mul", "max", "min", "mean"]
 

@@ -16,7 +16,8 @@ import cinnlite as cl
 import reference as R
 from backends import BACKENDS
 
-DATA_DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "float16", "float32", "float64"]
+DATA_DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "float32",
+               "float64"]
 NUMERIC_DTYPES = [d for d in DATA_DTYPES if d != "bool"]
 FLOAT_DTYPES = ["float16", "float32", "float64"]
 INDEX_DTYPES = ["int32", "int64", "int8", "uint8", "int16", "uint16", "uint32", "uint64"]

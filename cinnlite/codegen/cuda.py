@@ -156,6 +156,13 @@ class _Helpers:
             ("min", "int32"): "atomicMin(p, v)",
             ("max", "int64"): "atomicMax(p, v)",
             ("min", "int64"): "atomicMin(p, v)",
+            # unsigned int and unsigned long long have native atomics for all three
+            ("add", "uint32"): "atomicAdd(p, v)",
+            ("max", "uint32"): "atomicMax(p, v)",
+            ("min", "uint32"): "atomicMin(p, v)",
+            ("add", "uint64"): "atomicAdd(p, v)",
+            ("max", "uint64"): "atomicMax(p, v)",
+            ("min", "uint64"): "atomicMin(p, v)",
         }.get((op, dtype.name))
         if native is not None:
             return self._add(name, kind="atomic_native", ctype=ct, call=native)

@@ -26,8 +26,9 @@ from .symbolic import SYMBOL_BUFFER_PREFIX, dim_expr, symbol_buffer
 from .transform import buffers_of, flat_position, loop_nest, walk_expr
 
 
-#: The type a scatter's ``reduce="mean"`` sums float data in (SEMANTICS.md); integers use int64.
-MEAN_SUM_DTYPES = {float16.name: float32, float32.name: float64, float64.name: float64}
+#: The type a scatter's ``reduce="mean"`` sums data in (SEMANTICS.md): every other integer dtype
+#: sums in int64; uint64 in uint64 (wrapping around), where its values fit.
+MEAN_SUM_DTYPES = {float16.name: float32, float32.name: float64, float64.name: float64, uint64.name: uint64}
 
 
 def buffer_of(tensor) -> Buffer:
@@ -306,7 +307,7 @@ def mean_stages(x, out, init_vars, finish_vars, target, value, update_nest, incl
     """A true mean: the sum of x and every update, over their count, rounded once.
 
     The sum accumulates in a kernel temp of :data:`MEAN_SUM_DTYPES` (int64 wrapping around
-    for integers), so that neither a float16 sum that stops growing nor an int8 sum that
+    for integers, uint64 for uint64), so that neither a float16 sum that stops growing nor an int8 sum that
     wraps spoils the quotient; the count is int64. The last stage writes every element:
     the quotient where an update landed, x elsewhere. Without ``include_self`` the sum of a
     target that updates land on starts from 0 and x is not counted."""
@@ -320,14 +321,14 @@ def mean_stages(x, out, init_vars, finish_vars, target, value, update_nest, incl
     n = Load(count, f)
     # Integers: the floor of the quotient (PyTorch's integer scatter mean), which is no larger
     # in magnitude than the sum, so it fits back. Floats: the float64 quotient, rounded once
-    # more to the data dtype.
-    divide_in = float64 if out.dtype.is_float else int64
+    # more to the data dtype. uint64 divides in uint64 (its quotient is the floor already).
+    divide_in = float64 if out.dtype.is_float else wide
     # Without x an untouched target counts 0: divide by 1 there (its quotient is not used, but
     # an integer division by zero would trap before the select picks x).
     counted = Binary("add", n, const(1)) if include_self else maximum(n, const(1))
     dividend, divisor = Cast(divide_in, Load(total, f)), Cast(divide_in, counted)
     quotient = Binary("div", dividend, divisor)
-    if not out.dtype.is_float:
+    if divide_in == int64:
         # int64 division truncates; the divisor is positive, so a negative remainder means the
         # floor is one less.
         remainder = Binary("sub", dividend, Binary("mul", quotient, divisor))

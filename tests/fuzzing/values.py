@@ -45,7 +45,7 @@ def _data(rng, shape, dtype: str, kind: str) -> np.ndarray:
         info = np.iinfo(dt)
         if rng.random() < 0.5:
             return small_signed(rng, shape, dt, -20, 20)
-        return rng.integers(int(info.min), int(info.max), size=shape, endpoint=True).astype(dt)
+        return rng.integers(int(info.min), int(info.max), size=shape, endpoint=True, dtype=dt)
     if kind == "small":
         return (rng.integers(-16, 17, size=shape) / 4).astype(dt)
     if kind == "factors":
