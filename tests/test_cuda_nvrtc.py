@@ -19,8 +19,8 @@ from cinnlite.runtime import nvrtc
 pytest.importorskip("cuda.bindings.nvrtc", reason="NVRTC (the optional extra `cuda`) is not installed")
 
 ARCHS = ("sm_90", "sm_80")
-DATA_DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "float32",
-               "float64"]
+DATA_DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "bfloat16",
+               "float32", "float64"]
 MODES = ["raise", "clip", "wrap", "fill"]
 REDUCTIONS = ["none", "add", "mul", "max", "min", "mean"]
 
@@ -124,7 +124,7 @@ def test_every_dtype_compiles_for_sm90_and_sm80(dtype):
     assert_compiles(cl.compile(every_dtype(dtype), target="cuda"))
 
 
-@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
 def test_deterministic_reductions_compile_for_sm90_and_sm80(dtype):
     b = NetBuilder(f"det_{dtype}")
     x = b.create_input(dtype, (5, 4), "x")

@@ -4,8 +4,10 @@ import pytest
 
 import cinnlite as cl
 from cinnlite import NetBuilder
+from reference import is_float
 
-DTYPES = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "float32", "float64"]
+DTYPES = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "bfloat16", "float32",
+          "float64"]
 SHAPES = [((3, 1, 4), (5, 1)), ((2, 3), (2, 3)), ((), (4,)), ((0, 3), (1, 3)), ((1,), (2, 1, 1, 1, 3))]
 OPS = {
     "add": np.add, "subtract": np.subtract, "multiply": np.multiply,
@@ -14,7 +16,7 @@ OPS = {
 
 
 def _data(rng, dtype, shape, small=False):
-    if np.dtype(dtype).kind == "f":
+    if is_float(dtype):
         return (rng.standard_normal(shape) * (4 if small else 50)).astype(dtype)
     info = np.iinfo(dtype)
     lo, hi = (max(info.min, -6), min(info.max, 6)) if small else (info.min, info.max)
@@ -32,15 +34,17 @@ def test_binary_ops_broadcast_like_numpy(backend, dtype, shapes):
     outs = [getattr(b, op)(a, c) for op in names]
     exe = cl.compile(b.build(outs), target=backend)
     A, C = _data(rng, dtype, shapes[0]), _data(rng, dtype, shapes[1], small=True)
-    if np.dtype(dtype).kind != "f":
+    if not is_float(dtype):
         C[C == 0] = 0  # zero divisors stay: x // 0 is defined as 0
     got = exe(a=A, c=C)
     with np.errstate(all="ignore"):
         want = [OPS[op](A, C) for op in OPS]
-        want.append(A / C if np.dtype(dtype).kind == "f" else np.floor_divide(A, C))
+        want.append(A / C if is_float(dtype) else np.floor_divide(A, C))
     for op, g, w in zip(names, got, want):
         assert g.dtype == w.dtype and g.shape == w.shape, op
-        if np.dtype(dtype).kind == "f":
+        if dtype == "bfloat16":  # each operation in float32, rounded to bfloat16: as ml_dtypes, exactly
+            np.testing.assert_array_equal(g.astype(np.float32), w.astype(np.float32), err_msg=op)
+        elif is_float(dtype):
             np.testing.assert_allclose(g, w, rtol=1e-3 if dtype == "float16" else 1e-6, err_msg=op)
         else:
             np.testing.assert_array_equal(g, w, err_msg=op)
@@ -80,15 +84,18 @@ def test_cast_matches_astype_in_range(backend, src):
     exe = cl.compile(b.build([b.cast(x, dst) for dst in dsts]), target=backend)
     if src == "bool":
         X = rng.integers(0, 2, (4, 5)).astype(bool)
-    elif np.dtype(src).kind == "f":
+    elif is_float(src):
         X = (rng.standard_normal((4, 5)) * 3).astype(src)  # within every integer type's range
     else:
         X = rng.integers(0, 100, (4, 5)).astype(src)
     for dst, got in zip(dsts, exe(x=X)):
-        if np.dtype(src).kind == "f" and np.dtype(dst).kind == "u":
+        if is_float(src) and np.dtype(dst).kind == "u":
             continue  # negative floats are out of an unsigned range: the saturating test has them
-        np.testing.assert_array_equal(got, X.astype(dst), err_msg=f"{src} -> {dst}")
         assert got.dtype == np.dtype(dst)
+        want = X.astype(dst)
+        if dst == "bfloat16":  # compared as float32, which holds every value
+            got, want = got.astype(np.float32), want.astype(np.float32)
+        np.testing.assert_array_equal(got, want, err_msg=f"{src} -> {dst}")
 
 
 def saturating_cast(values, dst):
@@ -105,7 +112,7 @@ def saturating_cast(values, dst):
     return np.array(out, dtype=dst)
 
 
-@pytest.mark.parametrize("src", ["float16", "float32", "float64"])
+@pytest.mark.parametrize("src", ["float16", "bfloat16", "float32", "float64"])
 def test_float_to_integer_casts_saturate_and_nan_gives_zero(backend, src):
     """Every integer dtype, unsigned ones included: negative values give 0, values past the top
     the maximum, NaN 0, and values just inside either bound convert exactly."""

@@ -6,6 +6,7 @@ from deep inside the library.
 """
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -365,8 +366,8 @@ def test_compiling_something_that_is_not_a_program_is_a_cinnlite_error(thing):
 
 
 @pytest.mark.parametrize("make", [lambda: cl.Float(8), lambda: cl.Int(128), lambda: cl.UInt(128),
-                                  lambda: cl.as_dtype("bfloat16"), lambda: cl.as_dtype(np.complex64)],
-                         ids=["Float8", "Int128", "UInt128", "bfloat16", "complex64"])
+                                  lambda: cl.as_dtype(ml_dtypes.float8_e4m3fn), lambda: cl.as_dtype(np.complex64)],
+                         ids=["Float8", "Int128", "UInt128", "float8_e4m3fn", "complex64"])
 def test_unsupported_dtypes_are_dtype_errors(make):
     with pytest.raises(DTypeError, match=r"\[rule: supported dtypes\]"):
         make()

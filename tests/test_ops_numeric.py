@@ -16,10 +16,10 @@ import cinnlite as cl
 import reference as R
 from backends import BACKENDS
 
-DATA_DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "float32",
-               "float64"]
+DATA_DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "bfloat16",
+               "float32", "float64"]
 NUMERIC_DTYPES = [d for d in DATA_DTYPES if d != "bool"]
-FLOAT_DTYPES = ["float16", "float32", "float64"]
+FLOAT_DTYPES = ["float16", "bfloat16", "float32", "float64"]
 INDEX_DTYPES = ["int32", "int64", "int8", "uint8", "int16", "uint16", "uint32", "uint64"]
 #: For cases whose index values are written out, negative ones included.
 SIGNED_INDEX_DTYPES = ["int32", "int64", "int8", "int16"]
@@ -81,9 +81,9 @@ def data_for_reduce(rng, shape, dtype, reduce):
     """Data suited to a reduction: exact in any order of combination for float add/mul/mean,
     and small integers for mean (so the sum stays in range)."""
     if reduce in ("add", "mean"):
-        return random_data(rng, shape, dtype, "small" if np.dtype(dtype).kind == "f" or reduce == "mean" else "any")
+        return random_data(rng, shape, dtype, "small" if R.is_float(dtype) or reduce == "mean" else "any")
     if reduce == "mul":
-        return random_data(rng, shape, dtype, "factors" if np.dtype(dtype).kind == "f" else "any")
+        return random_data(rng, shape, dtype, "factors" if R.is_float(dtype) else "any")
     return random_data(rng, shape, dtype)
 
 
@@ -126,15 +126,24 @@ def to_layout(index, layout):
 def fill_for(dtype):
     """A non-default fill value that every dtype can hold."""
     kind = np.dtype(dtype).kind
-    return True if kind == "b" else (-2.5 if kind == "f" else 7)
+    return True if kind == "b" else (-2.5 if R.is_float(dtype) else 7)
 
 
 # -- one compiled program, many checked outputs ---------------------------------------------------
 
 
+def comparable(a):
+    """``a`` as numpy's testing functions can compare it: bfloat16 (whose NaN they do not know)
+    as float32, which holds every bfloat16 value exactly."""
+    a = np.asarray(a)
+    return a.astype(np.float32) if a.dtype.name == "bfloat16" else a
+
+
 def assert_matches(got, expected, label, tol=None):
     assert got.shape == expected.shape, f"{label}: shape {got.shape}, expected {expected.shape}"
     assert got.dtype == expected.dtype, f"{label}: dtype {got.dtype}, expected {expected.dtype}"
+    if got.dtype.name == "bfloat16":  # numpy's testing functions know float32, which holds every value
+        got, expected = got.astype(np.float32), expected.astype(np.float32)
     if tol is None:
         np.testing.assert_array_equal(got, expected, err_msg=label, strict=True)
         if got.dtype.kind == "f":  # exact also means the sign of every zero
@@ -174,7 +183,7 @@ class Case:
         before = {k: v.copy() for k, v in self.feeds.items()}
         self.check(exe.run(dict(self.feeds)))
         for name, value in self.feeds.items():
-            np.testing.assert_array_equal(value, before[name], err_msg=f"input {name} was modified")
+            np.testing.assert_array_equal(comparable(value), comparable(before[name]), err_msg=f"input {name} was modified")
         return exe
 
     def check(self, outs):
@@ -546,7 +555,7 @@ def test_scatter_max_min_propagate_nan(backend, dtype):
         c.expect(c.b.scatter(tx, ti, ts, reduce="none"), np.array([5, 7, 1, 9, 4], dtype), "none")
     for _, want, label, _ in c.checks:
         ref = R.scatter(x, idx, src, reduce=label)
-        np.testing.assert_array_equal(ref, want, err_msg=f"reference {label}")
+        np.testing.assert_array_equal(comparable(ref), comparable(want), err_msg=f"reference {label}")
     c.run(backend)
 
 
@@ -573,13 +582,13 @@ def true_mean(x, targets, src):
     """The contract's mean computed independently: the sum of the original value and every
     update in float64 (exact for the data below) or int64, divided by the count, rounded once
     to the data dtype (integers toward minus infinity, as PyTorch). Untouched elements keep their value."""
-    wide = np.float64 if x.dtype.kind == "f" else np.int64
+    wide = np.float64 if R.is_float(x.dtype) else np.int64
     total = x.astype(wide)
     count = np.zeros(x.shape, np.int64)
     np.add.at(total, targets, src.astype(wide))
     np.add.at(count, targets, 1)
     n = count + 1
-    if x.dtype.kind == "f":
+    if R.is_float(x.dtype):
         mean = (total / n).astype(x.dtype)
     else:
         mean = (total // n).astype(x.dtype)
@@ -592,8 +601,9 @@ def wide_mean_data(rng, dtype, n, width, rows):
     dt = np.dtype(dtype)
     targets = rng.integers(0, rows, (n, width))
     targets[:, 0] = 0
-    if dt == np.float16:
-        # 4096 ones: a float16 sum stops growing at 2048; sums of quarters up to 8 leave float16.
+    if dt == np.float16 or dt.name == "bfloat16":
+        # 4096 ones: a float16 sum stops growing at 2048 (bfloat16: 256); sums of quarters up to
+        # 8 leave float16.
         x = np.ones((rows, width), dt)
         src = (rng.integers(1, 33, (n, width)) / 4).astype(dt)
         src[:, 0] = 1
@@ -651,8 +661,10 @@ def test_scatter_mean_sums_in_a_wide_type(backend):
 def test_reference_mean_sums_in_a_wide_type():
     """The numpy reference gives the true mean on the same data (two columns, to stay quick)."""
     for dtype, x, targets, src, want, slice_rows, want_slices in wide_mean_forms(width=2):
-        np.testing.assert_array_equal(R.scatter(x, targets, src, axis=0, reduce="mean"), want, err_msg=dtype)
-        np.testing.assert_array_equal(R.scatter_nd(x, slice_rows, src, reduce="mean"), want_slices, err_msg=dtype)
+        np.testing.assert_array_equal(comparable(R.scatter(x, targets, src, axis=0, reduce="mean")), comparable(want),
+                                      err_msg=dtype)
+        np.testing.assert_array_equal(comparable(R.scatter_nd(x, slice_rows, src, reduce="mean")),
+                                      comparable(want_slices), err_msg=dtype)
     assert R.scatter(np.ones(1, np.float16), np.zeros(4096, np.int64), np.ones(4096, np.float16),
                      reduce="mean")[0] == 1.0
 
@@ -685,7 +697,7 @@ def test_emulated_gpu_scatter_mean_sums_in_a_wide_type_on_a_small_grid(determini
     c.check(exe.run(dict(c.feeds)))
 
 
-FLOAT_TOL = {"float16": (1e-2, 1e-2), "float32": (1e-5, 1e-5), "float64": (1e-12, 1e-12)}
+FLOAT_TOL = {"float16": (1e-2, 1e-2), "bfloat16": (5e-2, 5e-2), "float32": (1e-5, 1e-5), "float64": (1e-12, 1e-12)}
 
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES)

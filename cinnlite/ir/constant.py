@@ -16,7 +16,7 @@ class ConstArray:
         arr.setflags(write=False)
         self.array = arr
         h = hashlib.sha256()
-        h.update(f"{arr.dtype.str}{arr.shape}".encode())
+        h.update(f"{arr.dtype.str}{arr.dtype.name}{arr.shape}".encode())  # bfloat16's str is <V2
         h.update(arr.tobytes())
         self._digest = h.hexdigest()
 

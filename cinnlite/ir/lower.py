@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..dtypes import bool_, float16, float32, float64, int64, uint64
+from ..dtypes import bfloat16, bool_, float16, float32, float64, int64, uint64
 from ..errors import CompileError
 from .graph import Node, Program
 from .loopnest import (Binary, Buffer, Cast, Cmp, Const, Expr, If, IndexCheck, Kernel, Load,
@@ -28,7 +28,11 @@ from .transform import buffers_of, flat_position, loop_nest, walk_expr
 
 #: The type a scatter's ``reduce="mean"`` sums data in (SEMANTICS.md): every other integer dtype
 #: sums in int64; uint64 in uint64 (wrapping around), where its values fit.
-MEAN_SUM_DTYPES = {float16.name: float32, float32.name: float64, float64.name: float64, uint64.name: uint64}
+MEAN_SUM_DTYPES = {float16.name: float32, bfloat16.name: float32, float32.name: float64, float64.name: float64,
+                   uint64.name: uint64}
+#: The type a scatter's ``reduce="add"``/``"mul"`` (and ``"sub"``) combines data in, where it is
+#: not the data dtype: bfloat16 accumulates in float32 and is rounded once at the end (PyTorch).
+ACCUMULATE_DTYPES = {bfloat16.name: float32}
 
 
 def buffer_of(tensor) -> Buffer:
@@ -243,7 +247,8 @@ def elementwise_kernel(node: Node, make_value) -> Kernel:
 
 def scatter_kernel(ctx: LoweringContext, node: Node, attrs, update_space, make_update, index_buf, sizes,
                    tuple_axis=None) -> Kernel:
-    """copy x -> out; [check]; update nest (for mean, see :func:`mean_stages`).
+    """copy x -> out; [check]; update nest (for mean, see :func:`mean_stages`; for the dtypes of
+    :data:`ACCUMULATE_DTYPES`, :func:`accumulate_stages`).
 
     ``attrs`` has the scatter's ``reduce`` and ``mode``; ``make_update(vars)`` returns
     ``(target_position, value, resolved_indices)`` for the update at position ``vars`` of
@@ -262,11 +267,17 @@ def scatter_kernel(ctx: LoweringContext, node: Node, attrs, update_space, make_u
         return loop_nest(u, update_space, If(logical_and(*valids), update) if valids else update)
 
     include_self = getattr(attrs, "include_self", True)
+    combine, combined = combine_of(attrs.reduce, value)
+    wide = ACCUMULATE_DTYPES.get(out.dtype.name) if combine in ("add", "mul") else None
     if attrs.reduce == "mean":
         f = vars_.make(len(out.shape))
         temps, stmts = mean_stages(x, out, c, f, tuple(target), value, update_nest, include_self)
+    elif wide is not None:
+        f = vars_.make(len(out.shape))
+        temps, stmts = accumulate_stages(x, out, c, f, tuple(target), combined, combine, wide, update_nest,
+                                         include_self)
     else:
-        combine, value = combine_of(attrs.reduce, value)
+        value = combined
         copy = loop_nest(c, out.shape, Store(out, tuple(c), Load(x, tuple(c))))
         # Without x: every target an update lands on starts from the combine's identity.
         reset = () if include_self else (update_nest(Store(out, tuple(target), identity(combine, out.dtype))),)
@@ -301,6 +312,21 @@ def identity(combine: str, dtype):
         return const(float("-inf") if combine == "max" else float("inf"), dtype)
     info = np.iinfo(dtype.np)
     return const(info.min if combine == "max" else info.max, dtype)
+
+
+def accumulate_stages(x, out, init_vars, finish_vars, target, value, combine, wide, update_nest, include_self=True):
+    """``combine`` of x and every update in ``wide`` (:data:`ACCUMULATE_DTYPES`), rounded once to
+    the data dtype at the end: a kernel temp starts as x converted (or, without
+    ``include_self``, as the combine's identity wherever an update lands), every update is
+    combined into it, and the last stage converts every element back (exact where nothing
+    landed)."""
+    acc = Buffer(f"{out.name}__acc", wide, out.shape)
+    z, f = tuple(init_vars), tuple(finish_vars)
+    init = loop_nest(z, out.shape, Store(acc, z, Cast(wide, Load(x, z))))
+    reset = () if include_self else (update_nest(Store(acc, target, identity(combine, wide))),)
+    update = update_nest(Reduce(acc, target, Cast(wide, value), combine))
+    finish = loop_nest(f, out.shape, Store(out, f, Cast(out.dtype, Load(acc, f))))
+    return (acc,), (init,) + reset + (update, finish)
 
 
 def mean_stages(x, out, init_vars, finish_vars, target, value, update_nest, include_self=True):

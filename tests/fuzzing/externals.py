@@ -91,7 +91,17 @@ def torch_value(step: Step, env):
 
 
 def _tensor(torch, a):
+    a = np.asarray(a)
+    if a.dtype.name == "bfloat16":  # torch takes no ml_dtypes arrays: through float32, exactly
+        return torch.from_numpy(a.astype(np.float32)).to(torch.bfloat16)
     return torch.from_numpy(np.array(a, copy=True))
+
+
+def _array(t, like):
+    """A torch result as a numpy array of ``like``'s dtype (bfloat16 through float32, exactly)."""
+    if like.dtype.name == "bfloat16":
+        return t.float().numpy().astype(like.dtype)
+    return t.numpy()
 
 
 def _torch_take(torch, step: Step, env):
@@ -104,13 +114,13 @@ def _torch_take(torch, step: Step, env):
     axis = 0 if axis is None else _norm_axis(axis, x.ndim)
     pos = _resolved(step, env, allow_negative=False)
     out = _tensor(torch, xs).index_select(axis, _tensor(torch, pos.reshape(-1)))
-    return out.reshape(xs.shape[:axis] + idx.shape + xs.shape[axis + 1:]).numpy()
+    return _array(out.reshape(xs.shape[:axis] + idx.shape + xs.shape[axis + 1:]), x)
 
 
 def _torch_gather(torch, step: Step, env):
     x = env[step.args[0]]
     pos = _resolved(step, env, allow_negative=False)
-    return torch.gather(_tensor(torch, x), _norm_axis(step.kwargs.get("axis", 0), x.ndim), _tensor(torch, pos)).numpy()
+    return _array(torch.gather(_tensor(torch, x), _norm_axis(step.kwargs.get("axis", 0), x.ndim), _tensor(torch, pos)), x)
 
 
 def _torch_scatter(torch, step: Step, env):
@@ -121,12 +131,12 @@ def _torch_scatter(torch, step: Step, env):
     if reduce == "none":
         if _has_duplicates(_scatter_targets(step, env, pos)):
             raise ExternalCannot("torch.scatter is undefined for duplicate targets")
-        return _tensor(torch, x).scatter(axis, _tensor(torch, pos), _tensor(torch, src)).numpy()
+        return _array(_tensor(torch, x).scatter(axis, _tensor(torch, pos), _tensor(torch, src)), x)
     if reduce == "mean" and x.dtype.kind in "iu":
         raise ExternalCannot("torch's integer mean floors; ours rounds toward zero")
     name = {"add": "sum", "mul": "prod", "max": "amax", "min": "amin", "mean": "mean"}[reduce]
-    return _tensor(torch, x).scatter_reduce(axis, _tensor(torch, pos), _tensor(torch, src), reduce=name,
-                                            include_self=True).numpy()
+    return _array(_tensor(torch, x).scatter_reduce(axis, _tensor(torch, pos), _tensor(torch, src), reduce=name,
+                                                   include_self=True), x)
 
 
 # -- ONNX --------------------------------------------------------------------------------------------
@@ -149,9 +159,12 @@ def onnx_value(step: Step, env):
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", ONNX_OPSET)])
     try:
         with np.errstate(all="ignore"):
-            return np.asarray(ReferenceEvaluator(model).run(None, feeds)[0])
+            out = np.asarray(ReferenceEvaluator(model).run(None, feeds)[0])
     except Exception as e:  # noqa: BLE001 - the evaluator's own limits are not cinnlite's
         raise ExternalCannot(f"onnx.reference raised {type(e).__name__}") from None
+    if out.dtype != x.dtype:
+        raise ExternalCannot(f"onnx.reference gave {out.dtype} for {x.dtype}")
+    return out
 
 
 def _onnx_operator(step: Step, env):

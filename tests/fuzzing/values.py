@@ -99,5 +99,6 @@ def fill_value_for(rng, dtype: str):
         return bool(rng.random() < 0.5)
     if dt.kind in "iu":
         info = np.iinfo(dt)
-        return int(rng.choice([0, 1, 7, int(info.max), int(info.min)]))
+        choices = [0, 1, 7, int(info.max), int(info.min)]
+        return choices[int(rng.integers(len(choices)))]  # Python ints: uint64's maximum stays exact
     return float(rng.choice([0.0, -2.5, 1.0e3, np.inf, np.nan]))

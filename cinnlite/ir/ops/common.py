@@ -12,7 +12,7 @@ import operator
 
 import numpy as np
 
-from ...dtypes import INDEX_DTYPES, DType
+from ...dtypes import INDEX_DTYPES, DType, float_max
 from ...errors import DTypeError, ValidationError
 from ..symbolic import Dim, is_zero, symbol
 
@@ -106,7 +106,7 @@ def check_scalar(op, name, value, dtype: DType):
         if not isinstance(value, (bool, int, float)):
             raise ValidationError(op, f"{name} fits the dtype", f"{name}={value!r} is not a number")
         value = float(value)
-        if math.isfinite(value) and abs(value) > float(np.finfo(dtype.np).max):
+        if math.isfinite(value) and abs(value) > float_max(dtype):
             raise ValidationError(op, f"{name} fits the dtype", f"{name}={value!r} overflows {dtype}")
         return value
     if isinstance(value, float):
