@@ -1,13 +1,15 @@
-"""Data types: ``Float(32)``, ``Int(64)``, ``UInt(8)``, ``Bool()`` and conversions.
+"""Data types: ``Float(32)``, ``BFloat16()``, ``Int(64)``, ``UInt(8)``, ``Bool()`` and conversions.
 
 A :class:`DType` is a frozen value; ``as_dtype`` accepts a DType, a string such as
-``"float32"`` or anything numpy understands as a dtype.
+``"float32"`` or anything numpy understands as a dtype. bfloat16 arrays are numpy arrays of
+``ml_dtypes.bfloat16``.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Union
 
+import ml_dtypes
 import numpy as np
 import numpy.typing as npt
 
@@ -16,7 +18,7 @@ from .errors import DTypeError
 
 @dataclass(frozen=True)
 class DType:
-    kind: str  # "float" | "int" | "uint" | "bool"
+    kind: str  # "float" | "bfloat" | "int" | "uint" | "bool"
     bits: int
 
     @property
@@ -25,7 +27,7 @@ class DType:
 
     @property
     def np(self) -> np.dtype:
-        return np.dtype(self.name)
+        return _NP_DTYPES.get(self.name) or np.dtype(self.name)
 
     @property
     def itemsize(self) -> int:
@@ -33,7 +35,12 @@ class DType:
 
     @property
     def is_float(self) -> bool:
-        return self.kind == "float"
+        """A binary floating-point type: float16/32/64 and bfloat16."""
+        return self.kind in ("float", "bfloat")
+
+    @property
+    def is_bfloat16(self) -> bool:
+        return self.kind == "bfloat"
 
     @property
     def is_int(self) -> bool:
@@ -59,6 +66,11 @@ def Float(bits: int = 32) -> DType:
     return DType("float", bits)
 
 
+def BFloat16() -> DType:
+    """bfloat16: float32's sign and exponent with 7 mantissa bits (``ml_dtypes.bfloat16``)."""
+    return DType("bfloat", 16)
+
+
 def Int(bits: int = 32) -> DType:
     if bits not in (8, 16, 32, 64):
         raise DTypeError("Int", "supported dtypes", f"Int({bits}) is not supported; use 8, 16, 32 or 64")
@@ -66,8 +78,8 @@ def Int(bits: int = 32) -> DType:
 
 
 def UInt(bits: int = 8) -> DType:
-    if bits != 8:
-        raise DTypeError("UInt", "supported dtypes", f"UInt({bits}) is not supported; only UInt(8)")
+    if bits not in (8, 16, 32, 64):
+        raise DTypeError("UInt", "supported dtypes", f"UInt({bits}) is not supported; use 8, 16, 32 or 64")
     return DType("uint", bits)
 
 
@@ -76,12 +88,24 @@ def Bool() -> DType:
 
 
 float16, float32, float64 = Float(16), Float(32), Float(64)
+bfloat16 = BFloat16()
 int8, int16, int32, int64 = Int(8), Int(16), Int(32), Int(64)
-uint8, bool_ = UInt(8), Bool()
+uint8, uint16, uint32, uint64 = UInt(8), UInt(16), UInt(32), UInt(64)
+bool_ = Bool()
 
-DATA_DTYPES = (bool_, int8, int16, int32, int64, uint8, float16, float32, float64)
-INDEX_DTYPES = (int32, int64)
-_BY_NAME = {d.name: d for d in DATA_DTYPES}
+DATA_DTYPES = (bool_, int8, int16, int32, int64, uint8, uint16, uint32, uint64, float16, bfloat16, float32, float64)
+#: Index tensors may have every integer dtype (SEMANTICS.md, "Index values").
+INDEX_DTYPES = (int8, int16, int32, int64, uint8, uint16, uint32, uint64)
+#: Every dtype a tensor may have: the data dtypes and the index dtypes.
+ALL_DTYPES = DATA_DTYPES + tuple(d for d in INDEX_DTYPES if d not in DATA_DTYPES)
+_BY_NAME = {d.name: d for d in ALL_DTYPES}
+#: numpy dtypes numpy itself has no name for.
+_NP_DTYPES = {"bfloat16": np.dtype(ml_dtypes.bfloat16)}
+
+
+def float_max(dtype: DType) -> float:
+    """The largest finite value of a float dtype."""
+    return float(ml_dtypes.finfo(dtype.np).max)
 
 
 #: What every ``dtype`` argument accepts: a :class:`DType` (``Float(32)``), a name (``"float32"``)
@@ -92,7 +116,7 @@ DTypeLike = Union[DType, npt.DTypeLike]
 def as_dtype(value: DTypeLike, op: str = "dtype") -> DType:
     """Turn a DType, a dtype name or a numpy dtype into a supported :class:`DType`."""
     if isinstance(value, DType):
-        if value in DATA_DTYPES:
+        if value in ALL_DTYPES:
             return value
         raise DTypeError(op, "supported dtypes", f"dtype {value} is not supported")
     try:

@@ -11,12 +11,14 @@ Conventions shared by every function:
   ``"raise"`` raises ``IndexError`` (before anything is computed), ``"clip"`` clamps
   (``< -s`` -> 0, ``> s-1`` -> s-1), ``"wrap"`` takes ``value mod s`` (Python modulo),
   ``"fill"`` gives ``fill_value`` (gathers) or drops the update (scatters).
-- Scatter reductions are computed in the data dtype, one update at a time: integer ``add`` and
+- Scatter reductions are computed in the data dtype (bfloat16 ``add`` and ``mul`` in float32,
+  rounded once at the end), one update at a time: integer ``add`` and
   ``mul`` wrap around like numpy arrays do; float ``max``/``min`` propagate NaN like
   ``np.maximum``/``np.minimum``; ``mean`` is ``(x + sum of updates) / (1 + count)`` on the
-  elements some update touched: the sum accumulates in a wide type (float32 for float16 data,
-  float64 for float32 and float64, int64 wrapping around for integers), then is divided by the
-  exact count, rounded once to the data dtype (toward zero for integers).
+  elements some update touched: the sum accumulates in a wide type (float32 for float16 and
+  bfloat16 data,
+  float64 for float32 and float64, int64 wrapping around for integers, uint64 for uint64), then
+  is divided by the exact count, rounded once to the data dtype (the floor for integers).
 """
 from __future__ import annotations
 
@@ -24,8 +26,20 @@ import numpy as np
 
 MODES = ("raise", "clip", "wrap", "fill")
 REDUCTIONS = ("none", "add", "mul", "max", "min", "mean")
-#: The type a mean's sum accumulates in, for float data; integer data sums in int64.
-MEAN_SUM_DTYPES = {"float16": np.float32, "float32": np.float64, "float64": np.float64}
+#: The type a mean's sum accumulates in: every other integer dtype sums in int64.
+MEAN_SUM_DTYPES = {"float16": np.float32, "bfloat16": np.float32, "float32": np.float64, "float64": np.float64,
+                   "uint64": np.uint64}
+
+
+#: The type add and mul combine in where it is not the data dtype: bfloat16 accumulates in
+#: float32 and is rounded once at the end (as PyTorch's scatter_reduce on the CPU).
+ACCUMULATE_DTYPES = {"bfloat16": np.float32}
+
+
+def is_float(dtype) -> bool:
+    """A floating-point dtype: numpy's (kind "f") or ml_dtypes' bfloat16 (kind "V")."""
+    dtype = np.dtype(dtype)
+    return dtype.kind == "f" or dtype.name == "bfloat16"
 INDEX_LAYOUTS = ("last", "first")
 
 
@@ -191,13 +205,18 @@ class _Accumulator:
         self.reduce = reduce
         self.include_self = include_self
         self.original = np.array(x, copy=True)
-        wide = MEAN_SUM_DTYPES.get(x.dtype.name, np.int64) if reduce == "mean" else x.dtype
+        if reduce == "mean":
+            wide = MEAN_SUM_DTYPES.get(x.dtype.name, np.int64)
+        elif reduce in ("add", "mul"):
+            wide = ACCUMULATE_DTYPES.get(x.dtype.name, x.dtype)
+        else:
+            wide = x.dtype
         self.out = self.original.astype(wide)  # always a copy
         self.count = np.zeros(x.shape, dtype=np.int64)
 
     def update(self, target, value):
         old = self.out[target]
-        if self.reduce == "mean":
+        if self.out.dtype != self.original.dtype:
             value = self.out.dtype.type(value)
         with np.errstate(all="ignore"):
             if self.reduce == "none" or (not self.include_self and self.count[target] == 0):
@@ -217,14 +236,14 @@ class _Accumulator:
 
     def result(self):
         if self.reduce != "mean":
-            return self.out
+            return self.out.astype(self.original.dtype)  # rounded once, where it accumulated wider
         dtype, sums, out = self.original.dtype, self.out, self.original  # untouched: x
         for t in np.ndindex(self.count.shape):
             if self.count[t] == 0:
                 continue
             n = int(self.count[t]) + int(self.include_self)  # the original value (if counted) and every update
             total = sums[t]
-            if dtype.kind == "f":
+            if is_float(dtype):
                 # The quotient of the wide sum, rounded to float64 and then to the data dtype.
                 with np.errstate(all="ignore"):
                     out[t] = np.array(np.float64(total) / np.float64(n)).astype(dtype)

@@ -1,5 +1,6 @@
-"""Adversarial index values: int64/int32 extremes, +-size, huge positive and negative values, in
-every mode, for every operator and every backend.
+"""Adversarial index values: the extremes of every integer index dtype (uint64 values past the
+int64 range included), +-size, huge positive and negative values, in every mode, for every
+operator and every backend.
 
 The sweep runs in a child process (``sys.executable``), so a crash shows up as a negative return
 code and a failed test instead of killing the test run. Inside the child, every input array lives
@@ -33,26 +34,31 @@ FILL = 99.5
 
 
 def adversarial_values(size: int, index_dtype: str) -> list[int]:
-    """Index values that stress range checks and address arithmetic for an axis of ``size``."""
+    """Index values that stress range checks and address arithmetic for an axis of ``size``:
+    the values around ``±size`` and the extremes of ``index_dtype``; for uint64, the values
+    around 2**63 that read as negative int64 if anything wrapped them."""
     near = [-size - 1, -size, -1, 0, size - 1, size, size + 1, 2 * size, -2 * size - 1]
-    if index_dtype == "int32":
-        extremes = [I32.min, I32.min + 1, -(2**16), 2**16, I32.max - 1, I32.max]
-    else:
-        extremes = [I64.min, I64.min + 1, I64.min + size, -(2**32), -(2**31) - 1, -(2**31), 2**31 - 1,
-                    2**31, 2**32, 2**32 + 1, I64.max // 3 + 1, 2**62, I64.max - size, I64.max - 1, I64.max]
     info = np.iinfo(index_dtype)
-    return sorted({v for v in near + extremes if info.min <= v <= info.max})
+    lo, hi, bits = int(info.min), int(info.max), info.bits
+    extremes = [lo, lo + 1, lo + size, hi - size, hi - 1, hi, 2**(bits - 1) - 1, 2**(bits - 1),
+                2**(bits - 2), -(2**(bits - 2))]
+    if bits == 64:
+        extremes += [-(2**32), -(2**31) - 1, -(2**31), 2**31 - 1, 2**31, 2**32, 2**32 + 1, I64.max // 3 + 1,
+                     2**63 + 1, 2**63 + size, 2**64 - size, 2**64 - size - 1]
+    elif bits == 32:
+        extremes += [-(2**16), 2**16]
+    return sorted({v for v in near + extremes if lo <= v <= hi})
 
 
 def resolve(v: int, size: int, mode: str):
     """An index value under ``mode``: a position in [0, size), None for fill/drop, or
     "bad" for raise. Straight from the table in SEMANTICS.md."""
+    if mode == "clip":
+        return min(max(v, 0), size - 1)  # numpy's clip: every negative value clips to 0
     if -size <= v < size:
         return v + size if v < 0 else v
     if mode == "raise":
         return "bad"
-    if mode == "clip":
-        return 0 if v < -size else size - 1
     if mode == "wrap":
         return v % size
     return None
@@ -245,7 +251,7 @@ def _valid_index(case: Case, rng, index_dtype):
     idx = np.empty(case.index_shape, dtype=index_dtype)
     for p in _positions(case.index_shape):
         s = case.sizes_of(p)
-        idx[p] = rng.integers(-s, s)
+        idx[p] = rng.integers(-s if np.dtype(index_dtype).kind == "i" else 0, s)
     return idx
 
 
@@ -398,7 +404,7 @@ def run_in_child(code: str, timeout=600):
                           timeout=timeout, cwd=HERE)
 
 
-@pytest.mark.parametrize("index_dtype", ["int64", "int32"])
+@pytest.mark.parametrize("index_dtype", ["int64", "int32", "int16", "int8", "uint8", "uint16", "uint32", "uint64"])
 @pytest.mark.parametrize("op", OPS)
 def test_adversarial_indices_never_crash_and_follow_the_mode(backend, op, index_dtype):
     proc = run_in_child(f"import test_adversarial as t; t._child_main({backend!r}, {op!r}, {index_dtype!r})")
@@ -473,12 +479,12 @@ print("RESULT", int(out[0]), int(out[1]))
 ])
 def test_scatter_mean_with_many_duplicates_never_crashes(backend, dtype, n, x0, v):
     """An integer mean over more values than the data dtype can count: SEMANTICS.md defines it as
-    the true mean (sum / count, rounded toward zero). It must never bring the process down."""
+    the true mean (sum / count, rounded toward minus infinity). It must never bring the process down."""
     proc = run_in_child(MEAN_CHILD.format(backend=backend, dtype=dtype, n=n, x0=x0, v=v))
     assert proc.returncode == 0, (
         f"scatter(reduce='mean') on {dtype} with {n} updates of one element killed the process "
         f"(return code {proc.returncode})\n{proc.stderr[-2000:]}")
-    true_mean = int((x0 + n * v) / (n + 1))  # rounds toward zero
+    true_mean = (x0 + n * v) // (n + 1)  # the floor, as PyTorch's integer mean
     assert proc.stdout.split()[-2:] == [str(true_mean), "5"]
 
 

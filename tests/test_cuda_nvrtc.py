@@ -19,7 +19,8 @@ from cinnlite.runtime import nvrtc
 pytest.importorskip("cuda.bindings.nvrtc", reason="NVRTC (the optional extra `cuda`) is not installed")
 
 ARCHS = ("sm_90", "sm_80")
-DATA_DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "float16", "float32", "float64"]
+DATA_DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "bfloat16",
+               "float32", "float64"]
 MODES = ["raise", "clip", "wrap", "fill"]
 REDUCTIONS = ["none", "add", "mul", "max", "min", "mean"]
 
@@ -47,6 +48,33 @@ def every_operator_and_mode():
             outs.append(b.scatter_nd(x, tup, nd_src, reduce=reduce, mode=mode))
     outs.append(b.take(x, b.constant(np.array(1, np.int64)), axis=2))
     return b.build(outs)
+
+
+INDEX_DTYPES = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"]
+
+
+def every_index_dtype(index_dtype: str):
+    """Every way an index value is resolved (each mode, plain and tuple indices, a symbolic
+    axis size) for one index dtype: the comparisons and the modulo of the index policy."""
+    b = NetBuilder(f"index_{index_dtype}")
+    x = b.create_input("float32", (5, 4, 3), "x")
+    xs = b.create_input("float32", ("N", 4), "xs")
+    i = b.create_input(index_dtype, (2, 4, 3), "i")
+    tup = b.create_input(index_dtype, (2, 2), "tup")
+    src = b.create_input("float32", (2, 4, 3), "src")
+    outs = []
+    for mode in MODES:
+        outs.append(b.take(x, tup, axis=1, mode=mode))
+        outs.append(b.gather(x, i, axis=0, mode=mode))
+        outs.append(b.gather_nd(x, tup, mode=mode, index_layout="first"))
+        outs.append(b.scatter(x, i, src, axis=0, reduce="add", mode=mode))
+        outs.append(b.take(xs, tup, axis=0, mode=mode))
+    return b.build(outs)
+
+
+@pytest.mark.parametrize("index_dtype", INDEX_DTYPES)
+def test_every_index_dtype_compiles_for_sm90_and_sm80(index_dtype):
+    assert_compiles(cl.compile(every_index_dtype(index_dtype), target="cuda"))
 
 
 def every_dtype(dtype: str):
@@ -96,7 +124,7 @@ def test_every_dtype_compiles_for_sm90_and_sm80(dtype):
     assert_compiles(cl.compile(every_dtype(dtype), target="cuda"))
 
 
-@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
 def test_deterministic_reductions_compile_for_sm90_and_sm80(dtype):
     b = NetBuilder(f"det_{dtype}")
     x = b.create_input(dtype, (5, 4), "x")

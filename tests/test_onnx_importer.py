@@ -72,6 +72,29 @@ def test_gather_scalar_index_int32(backend):
     assert_same(got, want)
 
 
+@pytest.mark.parametrize("elem", ["BFLOAT16", "UINT16", "UINT32", "UINT64"])
+def test_bfloat16_and_unsigned_data(backend, elem):
+    """Element types beyond numpy's own: gathers, a scatter with a reduction and casts, against
+    the reference evaluator (bfloat16 arrays are ml_dtypes arrays on both sides)."""
+    t = getattr(TensorProto, elem)
+    dtype = helper.tensor_dtype_to_np_dtype(t)
+    x = (np.arange(12) * 3).reshape(3, 4).astype(dtype)
+    u = np.full((2, 4), 2, dtype)
+    nodes = [helper.make_node("GatherElements", ["x", "i"], ["g"], axis=0),
+             helper.make_node("Gather", ["x", "j"], ["h"], axis=1),
+             helper.make_node("ScatterElements", ["x", "i", "u"], ["s"], axis=0, reduction="add"),
+             helper.make_node("Cast", ["g"], ["c"], to=F32),
+             helper.make_node("Cast", ["c"], ["back"], to=t)]
+    m = model(nodes, [vi("x", t, x.shape), vi("i", I64, (2, 4)), vi("j", I32, (3,)), vi("u", t, u.shape)],
+              [vi("g", t, None), vi("h", t, None), vi("s", t, None), vi("c", F32, None), vi("back", t, None)], 18)
+    feeds = {"x": x, "i": np.array([[0, 1, 2, -1], [1, 1, 0, 2]]), "j": np.array([3, -4, 1], np.int32), "u": u}
+    got, want = run_both(m, feeds, backend)
+    assert set(got) == set(want)
+    for name in want:
+        assert got[name].dtype == want[name].dtype, name
+        np.testing.assert_array_equal(got[name].astype(np.float64), want[name].astype(np.float64), err_msg=name)
+
+
 @pytest.mark.parametrize("opset", [11, 13])
 @pytest.mark.parametrize("axis", [0, 1])
 def test_gather_elements(backend, opset, axis):

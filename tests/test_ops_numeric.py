@@ -16,10 +16,13 @@ import cinnlite as cl
 import reference as R
 from backends import BACKENDS
 
-DATA_DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "float16", "float32", "float64"]
+DATA_DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "bfloat16",
+               "float32", "float64"]
 NUMERIC_DTYPES = [d for d in DATA_DTYPES if d != "bool"]
-FLOAT_DTYPES = ["float16", "float32", "float64"]
-INDEX_DTYPES = ["int32", "int64"]
+FLOAT_DTYPES = ["float16", "bfloat16", "float32", "float64"]
+INDEX_DTYPES = ["int32", "int64", "int8", "uint8", "int16", "uint16", "uint32", "uint64"]
+#: For cases whose index values are written out, negative ones included.
+SIGNED_INDEX_DTYPES = ["int32", "int64", "int8", "int16"]
 MODES = ["raise", "clip", "wrap", "fill"]
 REDUCTIONS = ["none", "add", "mul", "max", "min", "mean"]
 RANK_AXES = [(r, a) for r in range(1, 6) for a in range(-r, r)]
@@ -78,22 +81,24 @@ def data_for_reduce(rng, shape, dtype, reduce):
     """Data suited to a reduction: exact in any order of combination for float add/mul/mean,
     and small integers for mean (so the sum stays in range)."""
     if reduce in ("add", "mean"):
-        return random_data(rng, shape, dtype, "small" if np.dtype(dtype).kind == "f" or reduce == "mean" else "any")
+        return random_data(rng, shape, dtype, "small" if R.is_float(dtype) or reduce == "mean" else "any")
     if reduce == "mul":
-        return random_data(rng, shape, dtype, "factors" if np.dtype(dtype).kind == "f" else "any")
+        return random_data(rng, shape, dtype, "factors" if R.is_float(dtype) else "any")
     return random_data(rng, shape, dtype)
 
 
 def index_in_range(rng, shape, size, dtype):
-    """Valid index values in ``[-size, size-1]``, negative ones included."""
+    """Valid index values in ``[-size, size-1]``, negative ones included (unsigned dtypes:
+    ``[0, size-1]``)."""
     if size == 0:
         assert int(np.prod(shape)) == 0
         return np.zeros(shape, dtype)
-    return rng.integers(-size, size, size=shape).astype(dtype)
+    return rng.integers(-size if np.dtype(dtype).kind == "i" else 0, size, size=shape).astype(dtype)
 
 
 def index_any(rng, shape, size, dtype):
-    """Index values in and out of range on both sides, with the index dtype's extremes."""
+    """Index values in and out of range on both sides, with the index dtype's extremes (negative
+    values wrap around into an unsigned dtype: huge values)."""
     idx = rng.integers(-3 * size - 3, 3 * size + 4, size=shape).astype(dtype)
     flat = idx.reshape(-1)
     if flat.size >= 4:
@@ -121,15 +126,24 @@ def to_layout(index, layout):
 def fill_for(dtype):
     """A non-default fill value that every dtype can hold."""
     kind = np.dtype(dtype).kind
-    return True if kind == "b" else (-2.5 if kind == "f" else 7)
+    return True if kind == "b" else (-2.5 if R.is_float(dtype) else 7)
 
 
 # -- one compiled program, many checked outputs ---------------------------------------------------
 
 
+def comparable(a):
+    """``a`` as numpy's testing functions can compare it: bfloat16 (whose NaN they do not know)
+    as float32, which holds every bfloat16 value exactly."""
+    a = np.asarray(a)
+    return a.astype(np.float32) if a.dtype.name == "bfloat16" else a
+
+
 def assert_matches(got, expected, label, tol=None):
     assert got.shape == expected.shape, f"{label}: shape {got.shape}, expected {expected.shape}"
     assert got.dtype == expected.dtype, f"{label}: dtype {got.dtype}, expected {expected.dtype}"
+    if got.dtype.name == "bfloat16":  # numpy's testing functions know float32, which holds every value
+        got, expected = got.astype(np.float32), expected.astype(np.float32)
     if tol is None:
         np.testing.assert_array_equal(got, expected, err_msg=label, strict=True)
         if got.dtype.kind == "f":  # exact also means the sign of every zero
@@ -169,7 +183,7 @@ class Case:
         before = {k: v.copy() for k, v in self.feeds.items()}
         self.check(exe.run(dict(self.feeds)))
         for name, value in self.feeds.items():
-            np.testing.assert_array_equal(value, before[name], err_msg=f"input {name} was modified")
+            np.testing.assert_array_equal(comparable(value), comparable(before[name]), err_msg=f"input {name} was modified")
         return exe
 
     def check(self, outs):
@@ -192,7 +206,7 @@ def test_take_every_rank_and_axis(backend, rank, axis):
     x = random_data(rng, xshape, dtype)
     # One mode per case, rotating with the axis: every rank from 2 up sees all four.
     mode = MODES[(axis + rank) % len(MODES)]
-    idt = INDEX_DTYPES[axis % 2]
+    idt = INDEX_DTYPES[axis % len(INDEX_DTYPES)]
     ishape = rand_shape(rng, (rank + axis) % 3, hi=3)  # index ranks 0 (a scalar), 1 and 2
     idx = index_for(rng, ishape, xshape[axis], idt, mode)
     kw = {"fill_value": fill_for(dtype)} if (mode == "fill" and rank % 2) else {}
@@ -212,7 +226,7 @@ def test_take_every_dtype(backend, dtype):
     tx = c.input(x)
     for k, mode in enumerate(("raise", MODES[1 + d % 3])):
         axis = (k + d) % 3 - 1
-        index_dtype = INDEX_DTYPES[(k + d) % 2]
+        index_dtype = INDEX_DTYPES[(k + d) % len(INDEX_DTYPES)]
         idx = index_for(rng, (2, 3), x.shape[axis], index_dtype, mode)
         ti = c.input(idx)
         out = c.b.take(tx, ti, axis=axis, mode=mode)
@@ -248,7 +262,7 @@ def test_take_batch_dims(backend, xshape, ishape, axis, batch_dims):
     c = Case()
     tx = c.input(x)
     for k, mode in enumerate(mode_pair(TAKE_BATCH_CASES.index((xshape, ishape, axis, batch_dims)))):
-        idt = INDEX_DTYPES[k % 2]
+        idt = INDEX_DTYPES[k % len(INDEX_DTYPES)]
         idx = index_for(rng, ishape, xshape[axis], idt, mode)
         out = c.b.take(tx, c.input(idx), axis=axis, batch_dims=batch_dims, mode=mode)
         c.expect(out, R.take(x, idx, axis=axis, batch_dims=batch_dims, mode=mode),
@@ -267,7 +281,7 @@ def test_take_scalar_index(backend, rank, axis):
     c = Case()
     tx = c.input(x)
     for k, mode in enumerate(mode_pair(rank + axis)[:1] if rank > 1 else MODES):
-        idx = np.array(values[mode], dtype=INDEX_DTYPES[(k + axis) % 2])
+        idx = np.array(values[mode], dtype=SIGNED_INDEX_DTYPES[(k + axis) % len(SIGNED_INDEX_DTYPES)])
         out = c.b.take(tx, c.input(idx), axis=axis, mode=mode)
         c.expect(out, R.take(x, idx, axis=axis, mode=mode), f"take x{xshape} scalar {idx!r} axis={axis} {mode}")
     c.run(backend)
@@ -282,7 +296,7 @@ def test_take_axis_none_flattens(backend, rank):
     c = Case()
     tx = c.input(x)
     for k, mode in enumerate(mode_pair(rank - 2)):
-        idx = index_for(rng, rand_shape(rng, 1 + k % 2), x.size, INDEX_DTYPES[(k + rank) % 2], mode)
+        idx = index_for(rng, rand_shape(rng, 1 + k % 2), x.size, INDEX_DTYPES[(k + rank) % len(INDEX_DTYPES)], mode)
         out = c.b.take(tx, c.input(idx), axis=None, mode=mode)
         c.expect(out, R.take(x, idx, axis=None, mode=mode), f"take axis=None x{xshape} {mode}")
     c.run(backend)
@@ -305,7 +319,7 @@ def test_gather_every_rank_and_axis(backend, rank, axis):
     x = random_data(rng, xshape, dtype)
     # One mode per case, rotating with the axis: every rank from 2 up sees all four.
     mode = MODES[(axis + rank + 1) % len(MODES)]
-    idt = INDEX_DTYPES[(rank + axis) % 2]
+    idt = INDEX_DTYPES[(rank + axis) % len(INDEX_DTYPES)]
     ishape = gather_index_shape(rng, xshape, axis)
     idx = index_for(rng, ishape, xshape[axis], idt, mode)
     kw = {"fill_value": fill_for(dtype)} if (mode == "fill" and rank % 2) else {}
@@ -325,7 +339,7 @@ def test_gather_every_dtype(backend, dtype):
     d = DATA_DTYPES.index(dtype)
     for k, mode in enumerate(("raise", MODES[1 + d % 3])):
         axis = (k + d) % 3
-        index_dtype = INDEX_DTYPES[(k + d + 1) % 2]
+        index_dtype = INDEX_DTYPES[(k + d + 1) % len(INDEX_DTYPES)]
         idx = index_for(rng, gather_index_shape(rng, x.shape, axis), x.shape[axis], index_dtype, mode)
         kw = {"fill_value": fill_for(dtype)} if mode == "fill" else {}
         out = c.b.gather(tx, c.input(idx), axis=axis, mode=mode, **kw)
@@ -368,7 +382,7 @@ def test_gather_nd_slice_form(backend, rank, batch_dims, m, extra):
     tx = c.input(x)
     n = GATHER_ND_SLICE_CASES.index((rank, batch_dims, m, extra))
     for k, mode in enumerate(mode_pair(n) if rank <= 3 else [MODES[n % len(MODES)]]):
-        idt = INDEX_DTYPES[(k + m) % 2]
+        idt = INDEX_DTYPES[(k + m) % len(INDEX_DTYPES)]
         idx = to_layout(tuple_index(rng, lead, xshape[b:b + m], idt, mode), layout)
         kw = {"fill_value": fill_for(dtype)} if (mode == "fill" and rank % 2) else {}
         out = c.b.gather_nd(tx, c.input(idx), batch_dims=b, index_layout=layout, mode=mode, **kw)
@@ -408,7 +422,7 @@ def test_gather_nd_dims_form(backend, xshape, dims):
         layout = ["last", "first"][(k + r) % 2]
         out_shape = tuple(int(rng.integers(1, 4)) if j in nd else int(rng.integers(1, xshape[j] + 1))
                           for j in range(r))
-        idx = tuple_index(rng, out_shape, [xshape[d] for d in nd], INDEX_DTYPES[k % 2], mode)
+        idx = tuple_index(rng, out_shape, [xshape[d] for d in nd], INDEX_DTYPES[k % len(INDEX_DTYPES)], mode)
         idx = to_layout(idx, layout)
         out = c.b.gather_nd(tx, c.input(idx), dims=dims, index_layout=layout, mode=mode)
         c.expect(out, R.gather_nd(x, idx, dims=dims, index_layout=layout, mode=mode),
@@ -422,7 +436,7 @@ def test_gather_nd_every_dtype(backend, dtype):
     rng = rng_for("gather_nd-dtype", dtype)
     x = random_data(rng, (3, 4, 2), dtype)
     d = DATA_DTYPES.index(dtype)
-    mode, index_dtype = MODES[d % len(MODES)], INDEX_DTYPES[d % 2]
+    mode, index_dtype = MODES[d % len(MODES)], INDEX_DTYPES[d % len(INDEX_DTYPES)]
     c = Case()
     tx = c.input(x)
     if d % 2:
@@ -474,7 +488,7 @@ def test_scatter_every_rank_and_axis(backend, rank, axis):
         reduce = REDUCTIONS[(k + 2 * axis + 3 * rank) % len(REDUCTIONS)]
         x = data_for_reduce(rng, xshape, dtype, reduce)
         ishape, sshape = scatter_shapes(rng, xshape, axis)
-        idx = index_for(rng, ishape, xshape[axis], INDEX_DTYPES[(k + axis) % 2], mode)
+        idx = index_for(rng, ishape, xshape[axis], INDEX_DTYPES[(k + axis) % len(INDEX_DTYPES)], mode)
         src = data_for_reduce(rng, sshape, dtype, reduce)
         out = c.b.scatter(c.input(x), c.input(idx), c.input(src), axis=axis, reduce=reduce, mode=mode)
         c.expect(out, R.scatter(x, idx, src, axis=axis, reduce=reduce, mode=mode),
@@ -497,7 +511,7 @@ def test_scatter_every_dtype_and_reduction(backend, dtype):
         x = data_for_reduce(rng, xshape, dtype, reduce)
         # Many more updates than positions on the axis: plenty of duplicates.
         ishape = (6, 3) if axis == 0 else (4, 5)
-        idx = index_for(rng, ishape, xshape[axis], INDEX_DTYPES[(k // 2 + d) % 2], mode)
+        idx = index_for(rng, ishape, xshape[axis], INDEX_DTYPES[(k // 2 + d) % len(INDEX_DTYPES)], mode)
         src = data_for_reduce(rng, ishape, dtype, reduce)
         out = c.b.scatter(c.input(x), c.input(idx), c.input(src), axis=axis, reduce=reduce, mode=mode)
         c.expect(out, R.scatter(x, idx, src, axis=axis, reduce=reduce, mode=mode),
@@ -541,7 +555,7 @@ def test_scatter_max_min_propagate_nan(backend, dtype):
         c.expect(c.b.scatter(tx, ti, ts, reduce="none"), np.array([5, 7, 1, 9, 4], dtype), "none")
     for _, want, label, _ in c.checks:
         ref = R.scatter(x, idx, src, reduce=label)
-        np.testing.assert_array_equal(ref, want, err_msg=f"reference {label}")
+        np.testing.assert_array_equal(comparable(ref), comparable(want), err_msg=f"reference {label}")
     c.run(backend)
 
 
@@ -568,13 +582,13 @@ def true_mean(x, targets, src):
     """The contract's mean computed independently: the sum of the original value and every
     update in float64 (exact for the data below) or int64, divided by the count, rounded once
     to the data dtype (integers toward minus infinity, as PyTorch). Untouched elements keep their value."""
-    wide = np.float64 if x.dtype.kind == "f" else np.int64
+    wide = np.float64 if R.is_float(x.dtype) else np.int64
     total = x.astype(wide)
     count = np.zeros(x.shape, np.int64)
     np.add.at(total, targets, src.astype(wide))
     np.add.at(count, targets, 1)
     n = count + 1
-    if x.dtype.kind == "f":
+    if R.is_float(x.dtype):
         mean = (total / n).astype(x.dtype)
     else:
         mean = (total // n).astype(x.dtype)
@@ -587,8 +601,9 @@ def wide_mean_data(rng, dtype, n, width, rows):
     dt = np.dtype(dtype)
     targets = rng.integers(0, rows, (n, width))
     targets[:, 0] = 0
-    if dt == np.float16:
-        # 4096 ones: a float16 sum stops growing at 2048; sums of quarters up to 8 leave float16.
+    if dt == np.float16 or dt.name == "bfloat16":
+        # 4096 ones: a float16 sum stops growing at 2048 (bfloat16: 256); sums of quarters up to
+        # 8 leave float16.
         x = np.ones((rows, width), dt)
         src = (rng.integers(1, 33, (n, width)) / 4).astype(dt)
         src[:, 0] = 1
@@ -646,8 +661,10 @@ def test_scatter_mean_sums_in_a_wide_type(backend):
 def test_reference_mean_sums_in_a_wide_type():
     """The numpy reference gives the true mean on the same data (two columns, to stay quick)."""
     for dtype, x, targets, src, want, slice_rows, want_slices in wide_mean_forms(width=2):
-        np.testing.assert_array_equal(R.scatter(x, targets, src, axis=0, reduce="mean"), want, err_msg=dtype)
-        np.testing.assert_array_equal(R.scatter_nd(x, slice_rows, src, reduce="mean"), want_slices, err_msg=dtype)
+        np.testing.assert_array_equal(comparable(R.scatter(x, targets, src, axis=0, reduce="mean")), comparable(want),
+                                      err_msg=dtype)
+        np.testing.assert_array_equal(comparable(R.scatter_nd(x, slice_rows, src, reduce="mean")),
+                                      comparable(want_slices), err_msg=dtype)
     assert R.scatter(np.ones(1, np.float16), np.zeros(4096, np.int64), np.ones(4096, np.float16),
                      reduce="mean")[0] == 1.0
 
@@ -680,7 +697,7 @@ def test_emulated_gpu_scatter_mean_sums_in_a_wide_type_on_a_small_grid(determini
     c.check(exe.run(dict(c.feeds)))
 
 
-FLOAT_TOL = {"float16": (1e-2, 1e-2), "float32": (1e-5, 1e-5), "float64": (1e-12, 1e-12)}
+FLOAT_TOL = {"float16": (1e-2, 1e-2), "bfloat16": (5e-2, 5e-2), "float32": (1e-5, 1e-5), "float64": (1e-12, 1e-12)}
 
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES)
@@ -690,7 +707,7 @@ def test_scatter_float_reductions_on_general_values(backend, dtype):
     c = Case()
     for k, reduce in enumerate(["add", "mul", "mean"]):
         x = (rng.standard_normal((5, 4)) * (1 if reduce == "mul" else 10)).astype(dtype)
-        idx = rng.integers(-5, 5, size=(12, 4)).astype(INDEX_DTYPES[k % 2])
+        idx = index_in_range(rng, (12, 4), 5, INDEX_DTYPES[k % len(INDEX_DTYPES)])
         src = (rng.uniform(0.5, 1.5, (12, 4)) if reduce == "mul" else rng.standard_normal((12, 4)) * 10).astype(dtype)
         out = c.b.scatter(c.input(x), c.input(idx), c.input(src), axis=0, reduce=reduce)
         want = R.scatter(x, idx, src, axis=0, reduce=reduce)
@@ -725,7 +742,7 @@ def test_scatter_nd_slice_form(backend, rank, m, lead_rank):
         reduce = REDUCTIONS[(k + rank + 2 * m) % len(REDUCTIONS)]
         x = data_for_reduce(rng, xshape, dtype, reduce)
         lead = rand_shape(rng, lead_rank, hi=4)
-        idx = tuple_index(rng, lead, xshape[:m], INDEX_DTYPES[(k + m) % 2], mode)
+        idx = tuple_index(rng, lead, xshape[:m], INDEX_DTYPES[(k + m) % len(INDEX_DTYPES)], mode)
         src = data_for_reduce(rng, lead + xshape[m:], dtype, reduce)
         idx = to_layout(idx, layout)
         out = c.b.scatter_nd(c.input(x), c.input(idx), c.input(src), reduce=reduce, index_layout=layout, mode=mode)
@@ -744,7 +761,7 @@ def test_scatter_nd_every_reduction(backend, reduce):
         dtype = NUMERIC_DTYPES[(2 * k + n) % len(NUMERIC_DTYPES)]
         xshape = (3, 2, 4)
         x = data_for_reduce(rng, xshape, dtype, reduce)
-        idx = tuple_index(rng, (5,), xshape[:2], INDEX_DTYPES[k % 2], mode)
+        idx = tuple_index(rng, (5,), xshape[:2], INDEX_DTYPES[k % len(INDEX_DTYPES)], mode)
         src = data_for_reduce(rng, (5, 4), dtype, reduce)
         idx = to_layout(idx, layout)
         out = c.b.scatter_nd(c.input(x), c.input(idx), c.input(src), reduce=reduce, index_layout=layout, mode=mode)
@@ -781,7 +798,7 @@ def test_scatter_nd_dims_form(backend, xshape, dims):
         reduce = "none" if dtype == "bool" else REDUCTIONS[(k + r + len(dims)) % len(REDUCTIONS)]
         x = data_for_reduce(rng, xshape, dtype, reduce)
         sshape = tuple(int(rng.integers(1, 4)) if j in nd else int(rng.integers(1, xshape[j] + 1)) for j in range(r))
-        idx = tuple_index(rng, sshape, [xshape[d] for d in nd], INDEX_DTYPES[k % 2], mode)
+        idx = tuple_index(rng, sshape, [xshape[d] for d in nd], INDEX_DTYPES[k % len(INDEX_DTYPES)], mode)
         src = data_for_reduce(rng, sshape, dtype, reduce)
         idx = to_layout(idx, layout)
         out = c.b.scatter_nd(c.input(x), c.input(idx), c.input(src), dims=dims, reduce=reduce,
@@ -823,7 +840,7 @@ def test_size_zero_dimensions(backend):
 
     def idx(values, shape=None):
         """An index array; the index dtype alternates from one to the next."""
-        a = np.array(values, INDEX_DTYPES[len(made) % 2])
+        a = np.array(values, SIGNED_INDEX_DTYPES[len(made) % len(SIGNED_INDEX_DTYPES)])
         made.append(a)
         return a.reshape(shape) if shape is not None else a
 
@@ -1106,7 +1123,8 @@ def _raise_case(op, rng, index_dtype):
                 lambda i: R.take(x, i, axis=1), 4)
     if op == "take-scalar":
         x = random_data(rng, (3, 4), "int8")
-        return (lambda b, tx, ti, ts: b.take(tx, ti, axis=0), x, np.array(-3, index_dtype), None,
+        return (lambda b, tx, ti, ts: b.take(tx, ti, axis=0), x,
+                np.array(-3 if np.dtype(index_dtype).kind == "i" else 2, index_dtype), None,
                 lambda i: R.take(x, i, axis=0), 3)
     if op == "gather":
         x = random_data(rng, (3, 4, 2), "int64")
@@ -1167,7 +1185,11 @@ def test_raise_mode_reports_the_bad_index(backend, op, index_dtype):
     assert_matches(exe.run(feeds)[out.name], ref(good), f"{op} in range")
 
     op_name = op.split("-")[0]
-    for value in (size, -size - 1, np.iinfo(index_dtype).max, np.iinfo(index_dtype).min):
+    info = np.iinfo(index_dtype)
+    # Out of range on both sides, and the dtype's extremes (uint64's maximum too: the error
+    # must give its true value, not the int64 it reads as).
+    for value in [v for v in dict.fromkeys((size, -size - 1, int(info.max), int(info.min)))
+                  if info.min <= v <= info.max and not -size <= v < size]:
         bad = good.copy()
         position = tuple(int(rng.integers(0, d)) for d in bad.shape)
         bad[position] = value

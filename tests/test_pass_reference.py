@@ -109,6 +109,19 @@ def take_modes(mode):
     return Case(b.build(), lambda v: (R.take(v["x"], v["i"], axis=0, mode=mode, fill_value=fill),), runs, errors)
 
 
+@cases("take_uint64", R.MODES)
+def take_uint64_modes(mode):
+    """uint64 indices past the int64 range: out of range, never negative."""
+    b = NetBuilder("take_uint64")
+    x, i = b.create_input("float32", (4, 3), "x"), b.create_input("uint64", (2, 3), "i")
+    b.take(x, i, axis=0, mode=mode, fill_value=7.5, name="t")
+    X = floats((4, 3))
+    runs = [dict(x=X, i=ints([[0, 1, 3], [2, 2, 0]], "uint64")),
+            dict(x=X, i=ints([[1, 2**64 - 1, 2**63], [4, 2**63 - 1, 3]], "uint64"))]
+    errors = [None, ("take 't'", "i", (0, 1), 2**64 - 1) if mode == "raise" else None]
+    return Case(b.build(), lambda v: (R.take(v["x"], v["i"], axis=0, mode=mode, fill_value=7.5),), runs, errors)
+
+
 @case
 def take_batch_dims():
     b = NetBuilder("take_batch")
@@ -237,6 +250,14 @@ SCATTERS = {
     "min_raise_int16": ("int16", "min", "raise"),
     "mean_wrap_int32": ("int32", "mean", "wrap"),
     "mean_clip_float16": ("float16", "mean", "clip"),
+    "add_wrap_bfloat16": ("bfloat16", "add", "wrap"),
+    "mul_fill_bfloat16": ("bfloat16", "mul", "fill"),
+    "max_raise_bfloat16": ("bfloat16", "max", "raise"),
+    "mean_clip_bfloat16": ("bfloat16", "mean", "clip"),
+    "add_clip_uint64": ("uint64", "add", "clip"),
+    "mean_raise_uint64": ("uint64", "mean", "raise"),
+    "min_wrap_uint32": ("uint32", "min", "wrap"),
+    "mul_fill_uint16": ("uint16", "mul", "fill"),
 }
 
 
@@ -244,7 +265,7 @@ def scatter_data(dtype, shape, seed):
     rng = np.random.default_rng(seed)
     if dtype == "bool":
         return rng.integers(0, 2, shape).astype(bool)
-    if np.dtype(dtype).kind == "f":
+    if R.is_float(dtype):
         data = (rng.standard_normal(shape) * 3).astype(dtype)
         data.flat[5] = np.nan if dtype == "float32" else data.flat[5]
         return data
@@ -547,6 +568,8 @@ def assert_same(got, want, where: str, bitwise: bool = False):
             f"{where}, output {n}: {g.dtype}{g.shape} vs {w.dtype}{w.shape}"
         if bitwise:
             assert g.tobytes() == w.tobytes(), f"{where}, output {n}: {g} vs {w}"
+        elif g.dtype.name == "bfloat16":  # numpy's testing knows float32, which holds every value
+            np.testing.assert_array_equal(g.astype(np.float32), w.astype(np.float32), err_msg=f"{where}, output {n}")
         else:
             np.testing.assert_array_equal(g, w, err_msg=f"{where}, output {n}")
 

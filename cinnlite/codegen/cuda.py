@@ -16,9 +16,10 @@ computes such a launch's item count per call. On the GPU a
 of its check, and the index value there, in the error buffer (one ``error_record.PER_CHECK``
 record per check).
 
-Value types: bool is ``bool`` in registers and one byte in memory; float16 is kept as its bits
-(``cl_half``) and converted to float for arithmetic, rounding to nearest-even after each
-operation, as the CPU backend does. Signed integer data arithmetic wraps around (computed in
+Value types: bool is ``bool`` in registers and one byte in memory; float16 and bfloat16 are kept
+as their bits (``cl_half``, ``cl_bf16``; no ``cuda_fp16.h`` or ``cuda_bf16.h``, so the host
+emulation compiles them too) and converted to float for arithmetic, rounding to nearest-even
+after each operation, as the CPU backend does. Signed integer data arithmetic wraps around (computed in
 unsigned types); integer division never traps.
 """
 from __future__ import annotations
@@ -29,7 +30,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 import numpy as np
 
-from ..dtypes import DType, float16, int64, uint8
+from ..dtypes import DType, float16, float32, int64, uint8
 from ..errors import CompileError
 from ..ir.loopnest import (Binary, Buffer, Cast, Cmp, Const, Expr, For, If, Let, Load, LoweredProgram, Reduce,
                            ReportIndexError, Select, Seq, Store, Var, dim_mul)
@@ -47,7 +48,24 @@ from .renderer import RenderedModule, Renderer
 BLOCK = 256  # threads per block; also the kernels' __launch_bounds__
 
 _SUFFIX = {"bool": "b", "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64", "uint8": "u8",
-           "float16": "f16", "float32": "f32", "float64": "f64"}
+           "uint16": "u16", "uint32": "u32", "uint64": "u64", "float16": "f16", "bfloat16": "bf16", "float32": "f32",
+           "float64": "f64"}
+
+
+@dataclass(frozen=True)
+class _BitsFloat:
+    """A 16-bit float kept as its bits: its helpers section (``needs``), its conversions to and
+    from float (``from_double`` None: through float, as ``ml_dtypes`` converts) and the bits of 1."""
+
+    need: str
+    to_float: str
+    from_float: str
+    from_double: str | None
+    one: int
+
+
+_BITS_FLOATS = {"float16": _BitsFloat("f16", "cl_h2f", "cl_f2h", "cl_d2h", 0x3C00),
+                "bfloat16": _BitsFloat("bf16", "cl_bf2f", "cl_f2bf", None, 0x3F80)}
 _INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "mod": "%"}
 _CMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -111,19 +129,28 @@ class _Helpers:
             self.functions[name] = dict(name=name, **spec)
         return name
 
+    def bits_float(self, dtype: DType) -> _BitsFloat | None:
+        """The conversions of a float kept as bits (their helpers are then emitted), or None."""
+        spec = _BITS_FLOATS.get(dtype.name)
+        if spec is not None:
+            self.needs.add(spec.need)
+        return spec
+
     def half(self):
-        self.needs.add("f16")
+        self.bits_float(float16)
 
     def minmax(self, op, dtype: DType) -> str:
-        if dtype == float16:
-            self.half()
+        spec = self.bits_float(dtype)
         return self._add(f"cl_{op}_{_SUFFIX[dtype.name]}", kind="minmax", ctype=value_ctype(dtype),
-                         dtype=_SUFFIX[dtype.name], is_float=dtype.is_float, cmp="<" if op == "min" else ">")
+                         dtype=_SUFFIX[dtype.name], is_float=dtype.is_float, cmp="<" if op == "min" else ">",
+                         to_float=spec.to_float if spec else None)
 
-    def half_arith(self, op) -> str:
-        self.half()
+    def half_arith(self, op, dtype: DType = float16) -> str:
+        """Arithmetic on a 16-bit float kept as bits: in float, rounded back once."""
+        spec = self.bits_float(dtype)
         expr = "fmodf(x, y)" if op == "mod" else f"x {_INFIX[op]} y"
-        return self._add(f"cl_{op}_f16", kind="half_arith", expr=expr)
+        return self._add(f"cl_{op}_{_SUFFIX[dtype.name]}", kind="half_arith", expr=expr, ctype=value_ctype(dtype),
+                         to_float=spec.to_float, from_float=spec.from_float)
 
     def int_div(self, op, dtype: DType) -> str:
         return self._add(f"cl_{op}_{_SUFFIX[dtype.name]}", kind="int_div", ctype=value_ctype(dtype),
@@ -132,8 +159,9 @@ class _Helpers:
     def float_to_int(self, dtype: DType) -> str:
         info = np.iinfo(dtype.np)
         lo = "(-9223372036854775807LL - 1LL)" if dtype.bits == 64 and dtype.is_signed else str(int(info.min))
+        suffix = ("u" if not dtype.is_signed else "") + ("LL" if dtype.bits == 64 else "")
         return self._add(f"cl_ftoi_{_SUFFIX[dtype.name]}", kind="float_to_int", ctype=value_ctype(dtype),
-                         lo=lo, hi=f"{int(info.max)}{'LL' if dtype.bits == 64 else ''}",
+                         lo=lo, hi=f"{int(info.max)}{suffix}",
                          lo_f=repr(float(info.min)), hi_f=repr(float(info.max)))
 
     def report(self) -> str:
@@ -159,6 +187,13 @@ class _Helpers:
             ("min", "int32"): "atomicMin(p, v)",
             ("max", "int64"): "atomicMax(p, v)",
             ("min", "int64"): "atomicMin(p, v)",
+            # unsigned int and unsigned long long have native atomics for all three
+            ("add", "uint32"): "atomicAdd(p, v)",
+            ("max", "uint32"): "atomicMax(p, v)",
+            ("min", "uint32"): "atomicMin(p, v)",
+            ("add", "uint64"): "atomicAdd(p, v)",
+            ("max", "uint64"): "atomicMax(p, v)",
+            ("min", "uint64"): "atomicMin(p, v)",
         }.get((op, dtype.name))
         if native is not None:
             return self._add(name, kind="atomic_native", ctype=ct, call=native)
@@ -229,9 +264,9 @@ class _Emitter:
     def const(self, value, dtype: DType) -> str:
         if dtype.is_bool:
             return "true" if value else "false"
-        if dtype == float16:
-            bits = int(np.array(value, np.float16).view(np.uint16))
-            return f"((cl_half)0x{bits:04x}u)"
+        if dtype.name in _BITS_FLOATS:
+            bits = int(np.array(value, dtype.np).view(np.uint16))
+            return f"(({value_ctype(dtype)})0x{bits:04x}u)"
         if dtype.is_float:
             if dtype.bits == 32:
                 x = np.float32(value)
@@ -254,6 +289,8 @@ class _Emitter:
             if v == -2**31:
                 return "(-2147483647 - 1)"
             return f"({v})" if v < 0 else str(v)
+        if not dtype.is_signed:  # an unsigned literal: uint64 values past the int64 range included
+            return f"(({value_ctype(dtype)}){v}ULL)"
         return f"(({value_ctype(dtype)}){v})"
 
     def element(self, buf: Buffer, indices) -> str:
@@ -287,8 +324,8 @@ class _Emitter:
             raise CompileError(f"CUDA renderer: {op} of {dtype}")
         if op in ("min", "max"):
             return f"{self.h.minmax(op, dtype)}({a}, {b})"
-        if dtype == float16:
-            return f"{self.h.half_arith(op)}({a}, {b})"
+        if dtype.name in _BITS_FLOATS:
+            return f"{self.h.half_arith(op, dtype)}({a}, {b})"
         if dtype.is_float:
             if op == "mod":
                 return f"{'fmodf' if dtype.bits == 32 else 'fmod'}({a}, {b})"
@@ -314,34 +351,38 @@ class _Emitter:
         return self.binary(op, dtype, a, b)
 
     def compare(self, op, dtype: DType, a: str, b: str) -> str:
-        if dtype == float16:
-            self.h.half()
-            a, b = f"cl_h2f({a})", f"cl_h2f({b})"
+        spec = self.h.bits_float(dtype)
+        if spec is not None:
+            a, b = f"{spec.to_float}({a})", f"{spec.to_float}({b})"
         # C's float comparisons are ordered, and != is true for NaN, as in the CPU backend.
         return f"({a} {_CMP[op]} {b})"
 
     def cast(self, a: str, src: DType, dst: DType) -> str:
         if src == dst:
             return a
+        from_bits, to_bits = self.h.bits_float(src), self.h.bits_float(dst)
         if dst.is_bool:
-            if src == float16:
-                self.h.half()
-                return f"(cl_h2f({a}) != 0.0f)"
+            if from_bits is not None:
+                return f"({from_bits.to_float}({a}) != 0.0f)"
             return f"({a} != 0)"
         if src.is_bool:
-            if dst == float16:
-                return f"({a} ? (cl_half)0x3c00u : (cl_half)0x0000u)"
+            if to_bits is not None:
+                return f"({a} ? ({value_ctype(dst)})0x{to_bits.one:04x}u : ({value_ctype(dst)})0x0000u)"
             return f"(({value_ctype(dst)})({a}))"
-        if dst == float16:
-            self.h.half()
-            if src.name == "float32":
-                return f"cl_f2h({a})"
-            return f"cl_d2h({a})" if src.name == "float64" else f"cl_d2h((double)({a}))"
-        if src == float16:
-            self.h.half()
+        if to_bits is not None:
+            if from_bits is not None:  # float16 <-> bfloat16: exactly to float, rounded once
+                return f"{to_bits.from_float}({from_bits.to_float}({a}))"
+            if src == float32:
+                return f"{to_bits.from_float}({a})"
+            if to_bits.from_double is not None:
+                return f"{to_bits.from_double}({a})" if src.name == "float64" else \
+                    f"{to_bits.from_double}((double)({a}))"
+            # bfloat16: rounded to float first (C's conversions round to nearest), as ml_dtypes.
+            return f"{to_bits.from_float}((float)({a}))"
+        if from_bits is not None:
             if dst.is_float:
-                return f"cl_h2f({a})" if dst.name == "float32" else f"((double)cl_h2f({a}))"
-            a, src = f"cl_h2f({a})", DType("float", 32)
+                return f"{from_bits.to_float}({a})" if dst == float32 else f"((double){from_bits.to_float}({a}))"
+            a, src = f"{from_bits.to_float}({a})", float32
         if src.is_float and dst.is_int:
             return f"{self.h.float_to_int(dst)}({a})"
         return f"(({value_ctype(dst)})({a}))"

@@ -16,9 +16,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+import numpy as np
 from llvmlite import ir
 
-from ..dtypes import DType
+from ..dtypes import DType, float16, float32
 from ..ir.loopnest import (Binary, Buffer, Cast, Cmp, Const, FlagIndexError, For, If, Let, Load,
                            LoweredProgram, Reduce, ReportIndexError, Select, Seq, Store, Var)
 from ..ir.passes import RANGE_BEGIN, RANGE_END
@@ -27,11 +28,11 @@ from ..ir.symbolic import is_symbol_load
 from ..ir.transform import buffers_of, kernel_stages, map_stmt, walk_stmt
 from .error_record import FIRST_FAILURE
 from .llvm_call import add_call_entry, renders_call_entry
-from .llvm_support import add_half_support
+from .llvm_support import add_half_support, bf16_bits, bf16_value
 from .names import comment_text, safe_name
 from .renderer import RenderedModule, Renderer
 
-I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
+I1, I8, I16, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
 #: Stage return codes: done; a check failed and err holds it; a possibly bad index was seen.
 OK, ERROR, FLAGGED = 0, 1, 2
 PTR = ir.PointerType()
@@ -40,17 +41,25 @@ _ICMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
 
 
 def value_type(dtype: DType):
-    """The LLVM type of a value of ``dtype`` in registers (bool is i1)."""
+    """The LLVM type of a value of ``dtype`` in registers (bool is i1; bfloat16 a float holding
+    a bfloat16 value, every one of which is a float32)."""
     if dtype.is_bool:
         return I1
+    if dtype.is_bfloat16:
+        return _FLOATS[32]
     if dtype.is_float:
         return _FLOATS[dtype.bits]
     return ir.IntType(dtype.bits)
 
 
 def memory_type(dtype: DType):
-    """The LLVM type of an element of ``dtype`` in memory (bool is one byte, like numpy)."""
-    return I8 if dtype.is_bool else value_type(dtype)
+    """The LLVM type of an element of ``dtype`` in memory (bool is one byte, like numpy;
+    bfloat16 its 16 bits)."""
+    if dtype.is_bool:
+        return I8
+    if dtype.is_bfloat16:
+        return I16
+    return value_type(dtype)
 
 
 def symbol(name: str) -> str:
@@ -164,12 +173,20 @@ class _KernelEmitter:
         v = self._scoped(buf, self.b.load(self.address(buf, indices), typ=memory_type(buf.dtype)))
         if buf.dtype.is_bool:
             v = self.b.icmp_unsigned("!=", v, ir.Constant(I8, 0))
+        elif buf.dtype.is_bfloat16:
+            v = bf16_value(self.b, v)
         return v
 
     def store(self, buf, indices, value):
         if buf.dtype.is_bool:
             value = self.b.zext(value, I8)
+        elif buf.dtype.is_bfloat16:
+            value = bf16_bits(self.b, value)  # exact: the value is a bfloat16 already
         self._scoped(buf, self.b.store(value, self.address(buf, indices)))
+
+    def round_bf16(self, value):
+        """A float32 result rounded to the nearest bfloat16 value (a float again)."""
+        return bf16_value(self.b, bf16_bits(self.b, value))
 
     # -- expressions ---------------------------------------------------------------------------
 
@@ -194,6 +211,8 @@ class _KernelEmitter:
             t = value_type(e.dtype)
             if e.dtype.is_bool:
                 return ir.Constant(I1, int(bool(e.value)))
+            if e.dtype.is_bfloat16:  # the bfloat16 nearest the value, as a float
+                return ir.Constant(t, float(np.array(e.value, e.dtype.np).astype(np.float32)))
             return ir.Constant(t, float(e.value) if e.dtype.is_float else int(e.value))
         if isinstance(e, Var):
             if e in self.lets:
@@ -231,7 +250,9 @@ class _KernelEmitter:
                 # numpy's minimum/maximum: NaN propagates from either side.
                 pick_a = b.or_(b.fcmp_ordered("<" if op == "min" else ">", a, c), b.fcmp_unordered("!=", a, a))
                 return b.select(pick_a, a, c)
-            return {"add": b.fadd, "sub": b.fsub, "mul": b.fmul, "div": b.fdiv, "mod": b.frem}[op](a, c)
+            value = {"add": b.fadd, "sub": b.fsub, "mul": b.fmul, "div": b.fdiv, "mod": b.frem}[op](a, c)
+            # bfloat16 (as ml_dtypes and PyTorch): the float32 result, rounded to bfloat16.
+            return self.round_bf16(value) if dtype.is_bfloat16 else value
         if op in ("min", "max"):
             cmp = b.icmp_signed if dtype.is_signed else b.icmp_unsigned
             return b.select(cmp("<" if op == "min" else ">", a, c), a, c)
@@ -245,6 +266,11 @@ class _KernelEmitter:
         b = self.b
         if src == dst:
             return v
+        if dst.is_bfloat16:
+            # Through float32, as ml_dtypes converts: rounded to float32, then to bfloat16.
+            return self.round_bf16(self.cast(v, src, float32))
+        if src.is_bfloat16:
+            return self.cast(v, float32, dst)  # the value is a float32 already
         t = value_type(dst)
         if dst.is_bool:
             if src.is_float:
@@ -460,7 +486,7 @@ class LLVMRenderer(Renderer):
             if renders_call_entry(program):
                 add_call_entry(module, main, program, self.array_data_offset)
         text = str(module)  # writing the module out is a good part of rendering: done once if possible
-        if any(b.dtype.is_float and b.dtype.bits == 16 for b in program.buffer_table()) or "half" in text:
+        if any(b.dtype == float16 for b in program.buffer_table()) or "half" in text:
             add_half_support(module)
             text = str(module)
         return text

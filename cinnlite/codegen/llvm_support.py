@@ -1,9 +1,13 @@
-"""Soft-float helpers that generated modules define for themselves.
+"""Soft-float helpers that generated modules define for themselves, and bfloat16 conversions.
 
 LLVM lowers some half-precision conversions to calls into compiler-rt (``__truncdfhf2`` for
 double -> half always on x86; the float <-> half ones where the CPU lacks F16C). Those symbols are
 not in a Python process, so a module that converts to or from float16 defines them itself, with
 round-to-nearest-even exactly as IEEE 754 (and numpy) require.
+
+bfloat16 is no LLVM type the renderer relies on: an element is an i16 in memory, a float in
+registers (every bfloat16 value is exactly a float32), and ``bf16_bits``/``bf16_value`` convert
+between the two by bit manipulation, inline.
 """
 from __future__ import annotations
 
@@ -83,3 +87,19 @@ def add_half_support(module: ir.Module):
         bits = b.select(b.icmp_unsigned("==", exp, c(0)), sub_bits,
                         b.select(b.icmp_unsigned("==", exp, c(0x1F)), inf_nan, normal))
         b.ret(b.bitcast(b.or_(bits, sign), FLOAT))
+
+
+def bf16_value(b: ir.IRBuilder, bits):
+    """The float32 value of bfloat16 ``bits`` (an i16): the bits are float32's upper half."""
+    return b.bitcast(b.shl(b.zext(bits, I32), ir.Constant(I32, 16)), FLOAT)
+
+
+def bf16_bits(b: ir.IRBuilder, value):
+    """float32 ``value`` rounded to bfloat16 bits (an i16): to nearest, ties to even (overflow
+    gives infinity); a NaN stays a NaN, made quiet, with its sign (as ``ml_dtypes``)."""
+    bits = b.bitcast(value, I32)
+    upper = b.lshr(bits, ir.Constant(I32, 16))
+    lsb = b.and_(upper, ir.Constant(I32, 1))
+    rounded = b.lshr(b.add(bits, b.add(ir.Constant(I32, 0x7FFF), lsb)), ir.Constant(I32, 16))
+    quiet_nan = b.or_(upper, ir.Constant(I32, 0x0040))
+    return b.trunc(b.select(b.fcmp_unordered("uno", value, value), quiet_nan, rounded), I16)

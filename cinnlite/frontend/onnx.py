@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..dtypes import as_dtype
+from ..dtypes import ALL_DTYPES, as_dtype, bfloat16
 from ..errors import CinnliteError
 from ..ir.graph import Program, Tensor
 from ..ir.symbolic import dims_equal, exact_div, is_symbolic, prod
@@ -326,7 +326,7 @@ class _Importer:
             return as_dtype(np_dtype, what)
         except Exception:
             raise OnnxImportError(f"{what}: element type {type_name} is not supported (cinnlite supports "
-                                  "bool, int8, int16, int32, int64, uint8, float16, float32, float64)") from None
+                                  f"{', '.join(d.name for d in ALL_DTYPES)})") from None
 
     def _input_type(self, vi):
         what = f"graph input '{vi.name}'"
@@ -829,6 +829,8 @@ def _onnx_reshape(where: str, shape: tuple, target: list, allowzero: bool) -> tu
 def _fold_cast(arr: np.ndarray, dtype: np.dtype) -> np.ndarray:
     """Cast a constant at import time the way ``NetBuilder.cast`` casts at run time: float to
     integer truncates toward zero and saturates at the integer's range, NaN gives 0."""
+    if arr.dtype == bfloat16.np:
+        arr = arr.astype(np.float32)  # exact; numpy's own functions know float32
     if arr.dtype.kind == "f" and dtype.kind in "iu":
         info = np.iinfo(dtype)
         with np.errstate(invalid="ignore"):

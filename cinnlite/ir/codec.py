@@ -19,7 +19,7 @@ import math
 
 import numpy as np
 
-from ..dtypes import DATA_DTYPES, DType
+from ..dtypes import ALL_DTYPES, DType
 from ..errors import CinnliteError
 from . import graph as G
 from . import loopnest as L
@@ -32,7 +32,7 @@ NODE_CLASSES = {cls.__name__: cls for cls in (
     Dim, G.Tensor, G.Node, G.Program)}
 _FIELDS = {name: tuple(f.name for f in dataclasses.fields(cls)) for name, cls in NODE_CLASSES.items()}
 _FIELD_SETS = {name: frozenset(fields) for name, fields in _FIELDS.items()}
-_DTYPES = {d.name: d for d in DATA_DTYPES}
+_DTYPES = {d.name: d for d in ALL_DTYPES}
 _SCALARS = (type(None), bool, int, float, str)
 
 

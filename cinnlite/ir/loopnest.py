@@ -290,11 +290,17 @@ class IndexCheck:
     shape: tuple       # the index tensor's shape
     sizes: tuple       # the axis size each index addresses; one entry, or one per tuple component
     tuple_axis: int | None = None  # which index axis runs over tuple components (gather_nd)
+    index_dtype: str = "int64"     # the index tensor's dtype
 
     def error(self, position: int, value: int, size_of=int) -> IndexOutOfRangeError:
         """The error of this check failing at flat ``position`` of the index tensor with the
         index ``value``: one place, so every runtime and the reference evaluator say the same.
-        ``size_of`` gives the number a size stands for (the call's value of a symbolic size)."""
+        ``size_of`` gives the number a size stands for (the call's value of a symbolic size).
+        Kernels report the value as int64; a uint64 index above the int64 range arrives as its
+        bits, a negative number, and is read back here as the true (unsigned) value."""
+        value = int(value)
+        if self.index_dtype == "uint64" and value < 0:
+            value += 2**64
         shape = tuple(size_of(d) for d in self.shape)
         pos = tuple(int(p) for p in np.unravel_index(position, shape)) if shape else ()
         size = self.sizes[0] if self.tuple_axis is None else self.sizes[pos[self.tuple_axis]]

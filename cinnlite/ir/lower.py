@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..dtypes import bool_, float16, float32, float64, int64
+from ..dtypes import bfloat16, bool_, float16, float32, float64, int64, uint64
 from ..errors import CompileError
 from .graph import Node, Program
 from .loopnest import (Binary, Buffer, Cast, Cmp, Const, Expr, If, IndexCheck, Kernel, Load,
@@ -26,8 +26,13 @@ from .symbolic import SYMBOL_BUFFER_PREFIX, dim_expr, symbol_buffer
 from .transform import buffers_of, flat_position, loop_nest, walk_expr
 
 
-#: The type a scatter's ``reduce="mean"`` sums float data in (SEMANTICS.md); integers use int64.
-MEAN_SUM_DTYPES = {float16.name: float32, float32.name: float64, float64.name: float64}
+#: The type a scatter's ``reduce="mean"`` sums data in (SEMANTICS.md): every other integer dtype
+#: sums in int64; uint64 in uint64 (wrapping around), where its values fit.
+MEAN_SUM_DTYPES = {float16.name: float32, bfloat16.name: float32, float32.name: float64, float64.name: float64,
+                   uint64.name: uint64}
+#: The type a scatter's ``reduce="add"``/``"mul"`` (and ``"sub"``) combines data in, where it is
+#: not the data dtype: bfloat16 accumulates in float32 and is rounded once at the end (PyTorch).
+ACCUMULATE_DTYPES = {bfloat16.name: float32}
 
 
 def buffer_of(tensor) -> Buffer:
@@ -54,24 +59,31 @@ class LoopVars:
 
 class IndexValue:
     """An index value resolved under a mode: ``index`` is always in ``[0, size)``;
-    ``valid`` is False where ``mode="fill"`` must fill (or drop) instead."""
+    ``valid`` is False where ``mode="fill"`` must fill (or drop) instead.
+
+    Signed indices count from the end when negative. Unsigned ones are never negative: a uint64
+    value above the int64 range is out of range like any other too-large value (compared in
+    uint64, never wrapped to a negative int64), so ``clip`` gives ``size - 1`` and ``wrap`` the
+    true value modulo the size."""
 
     def __init__(self, raw, size, mode: str):
-        v = raw if raw.dtype == int64 else Cast(int64, raw)
+        v = _as_int64(raw)
         s = as_expr(size)
         self.valid = None
         if _static(size) and size == 0:
             # No position exists; only an empty index or "fill"/"raise" can get here.
             self.index, self.valid = const(0), Const(False, bool_)
             return
-        wrapped_neg = Select(Cmp("lt", v, const(0)), Binary("add", v, s), v)
         if mode == "raise" and _static(size) and size & (size - 1) == 0:
             # The check proves the range, so any in-bounds guard will do: on a power-of-two
             # axis the wrap below is a mask, cheaper than a clamp, and equal on valid values.
             mode = "wrap"
         if mode == "raise":
             # The check nest has proven the range; clamping keeps memory safe regardless.
+            wrapped_neg = Select(Cmp("lt", v, const(0)), Binary("add", v, s), v) if raw.dtype.is_signed else v
             self.index = minimum(maximum(wrapped_neg, const(0)), _minus_one(size))
+        elif not raw.dtype.is_signed:
+            self._unsigned(raw, size, mode)
         elif mode == "clip":
             # numpy's clip: every negative value, -1 included, clips to 0.
             self.index = minimum(maximum(v, const(0)), _minus_one(size))
@@ -79,23 +91,57 @@ class IndexValue:
             r = Binary("mod", v, s)
             self.index = Select(Cmp("lt", r, const(0)), Binary("add", r, s), r)
         elif mode == "fill":
+            wrapped_neg = Select(Cmp("lt", v, const(0)), Binary("add", v, s), v)
             self.valid = logical_and(Cmp("ge", v, _negated(size)), Cmp("lt", v, s))
             self.index = Select(self.valid, wrapped_neg, const(0))
         else:  # pragma: no cover - modes are validated when the node is built
             raise AssertionError(mode)
+
+    def _unsigned(self, raw, size, mode):
+        """clip, wrap and fill of a value that is never negative, compared in its own width
+        class: int64 for the narrow unsigned dtypes (exact), uint64 for uint64."""
+        w, s = _unsigned_operands(raw, size)
+        if mode == "clip":
+            self.index = _as_int64(minimum(w, _minus_one(size, w.dtype)))
+        elif mode == "wrap":
+            self.index = _as_int64(Binary("mod", w, s))
+        elif mode == "fill":
+            self.valid = Cmp("lt", w, s)
+            self.index = Select(self.valid, _as_int64(w), const(0))
+        else:  # pragma: no cover - modes are validated when the node is built
+            raise AssertionError(mode)
+
+
+def _as_int64(e):
+    return e if e.dtype == int64 else Cast(int64, e)
+
+
+def _unsigned_operands(raw, size):
+    """An unsigned index value and an axis size in one type where both are exact: int64 for
+    uint8/16/32 (which widen without loss), uint64 for uint64 (whose values may exceed int64)."""
+    if raw.dtype == uint64:
+        return raw, const(size, uint64) if _static(size) else Cast(uint64, as_expr(size))
+    return _as_int64(raw), as_expr(size)
 
 
 def _negated(size):
     return const(-size) if _static(size) else Binary("sub", const(0), size)
 
 
-def _minus_one(size):
-    return const(size - 1) if _static(size) else Binary("sub", size, const(1))
+def _minus_one(size, dtype=int64):
+    if _static(size):
+        return const(size - 1, dtype)
+    s = as_expr(size)
+    return Binary("sub", s if dtype == int64 else Cast(dtype, s), const(1, dtype))
 
 
 def out_of_range(raw, size):
-    """True where an index value addresses nothing on an axis of ``size``: outside ``[-size, size-1]``."""
-    v = raw if raw.dtype == int64 else Cast(int64, raw)
+    """True where an index value addresses nothing on an axis of ``size``: outside ``[-size, size-1]``
+    (unsigned values: at least ``size``, compared without wrapping)."""
+    if not raw.dtype.is_signed:
+        w, s = _unsigned_operands(raw, size)
+        return Cmp("ge", w, s)
+    v = _as_int64(raw)
     return Binary("or", Cmp("lt", v, _negated(size)), Cmp("ge", v, as_expr(size)))
 
 
@@ -110,7 +156,7 @@ class LoweringContext:
         """A nest over every index element that reports the first out-of-range one."""
         cid = len(self.checks)
         self.checks.append(IndexCheck(cid, node.op, node.output.name, node.inputs[1].name, index_buf.name,
-                                      index_buf.shape, tuple(sizes), tuple_axis))
+                                      index_buf.shape, tuple(sizes), tuple_axis, index_buf.dtype.name))
         vs = [Var(f"c{k}") for k in range(len(index_buf.shape))]
         size = sizes[0] if tuple_axis is None else None
         raw = Load(index_buf, tuple(vs))
@@ -122,10 +168,10 @@ class LoweringContext:
             s = as_expr(sizes[-1])
             for k in range(len(sizes) - 2, -1, -1):
                 s = Select(Cmp("eq", comp, const(k)), as_expr(sizes[k]), s)
-            v = raw if raw.dtype == int64 else Cast(int64, raw)
-            bad = Binary("or", Cmp("lt", v, Binary("sub", const(0), s)), Cmp("ge", v, s))
-        value = raw if raw.dtype == int64 else Cast(int64, raw)
-        body = If(bad, ReportIndexError(cid, flat_position(vs, index_buf.shape), value))
+            bad = out_of_range(raw, s)
+        # The value as int64: a uint64 value above the int64 range arrives as its bits, which
+        # IndexCheck.error reads back as the true value (its index_dtype says so).
+        body = If(bad, ReportIndexError(cid, flat_position(vs, index_buf.shape), _as_int64(raw)))
         return cid, loop_nest(vs, index_buf.shape, body)
 
     def with_check(self, node, mode, index_buf, sizes, compute, tuple_axis=None):
@@ -201,7 +247,8 @@ def elementwise_kernel(node: Node, make_value) -> Kernel:
 
 def scatter_kernel(ctx: LoweringContext, node: Node, attrs, update_space, make_update, index_buf, sizes,
                    tuple_axis=None) -> Kernel:
-    """copy x -> out; [check]; update nest (for mean, see :func:`mean_stages`).
+    """copy x -> out; [check]; update nest (for mean, see :func:`mean_stages`; for the dtypes of
+    :data:`ACCUMULATE_DTYPES`, :func:`accumulate_stages`).
 
     ``attrs`` has the scatter's ``reduce`` and ``mode``; ``make_update(vars)`` returns
     ``(target_position, value, resolved_indices)`` for the update at position ``vars`` of
@@ -220,11 +267,17 @@ def scatter_kernel(ctx: LoweringContext, node: Node, attrs, update_space, make_u
         return loop_nest(u, update_space, If(logical_and(*valids), update) if valids else update)
 
     include_self = getattr(attrs, "include_self", True)
+    combine, combined = combine_of(attrs.reduce, value)
+    wide = ACCUMULATE_DTYPES.get(out.dtype.name) if combine in ("add", "mul") else None
     if attrs.reduce == "mean":
         f = vars_.make(len(out.shape))
         temps, stmts = mean_stages(x, out, c, f, tuple(target), value, update_nest, include_self)
+    elif wide is not None:
+        f = vars_.make(len(out.shape))
+        temps, stmts = accumulate_stages(x, out, c, f, tuple(target), combined, combine, wide, update_nest,
+                                         include_self)
     else:
-        combine, value = combine_of(attrs.reduce, value)
+        value = combined
         copy = loop_nest(c, out.shape, Store(out, tuple(c), Load(x, tuple(c))))
         # Without x: every target an update lands on starts from the combine's identity.
         reset = () if include_self else (update_nest(Store(out, tuple(target), identity(combine, out.dtype))),)
@@ -261,11 +314,26 @@ def identity(combine: str, dtype):
     return const(info.min if combine == "max" else info.max, dtype)
 
 
+def accumulate_stages(x, out, init_vars, finish_vars, target, value, combine, wide, update_nest, include_self=True):
+    """``combine`` of x and every update in ``wide`` (:data:`ACCUMULATE_DTYPES`), rounded once to
+    the data dtype at the end: a kernel temp starts as x converted (or, without
+    ``include_self``, as the combine's identity wherever an update lands), every update is
+    combined into it, and the last stage converts every element back (exact where nothing
+    landed)."""
+    acc = Buffer(f"{out.name}__acc", wide, out.shape)
+    z, f = tuple(init_vars), tuple(finish_vars)
+    init = loop_nest(z, out.shape, Store(acc, z, Cast(wide, Load(x, z))))
+    reset = () if include_self else (update_nest(Store(acc, target, identity(combine, wide))),)
+    update = update_nest(Reduce(acc, target, Cast(wide, value), combine))
+    finish = loop_nest(f, out.shape, Store(out, f, Cast(out.dtype, Load(acc, f))))
+    return (acc,), (init,) + reset + (update, finish)
+
+
 def mean_stages(x, out, init_vars, finish_vars, target, value, update_nest, include_self=True):
     """A true mean: the sum of x and every update, over their count, rounded once.
 
     The sum accumulates in a kernel temp of :data:`MEAN_SUM_DTYPES` (int64 wrapping around
-    for integers), so that neither a float16 sum that stops growing nor an int8 sum that
+    for integers, uint64 for uint64), so that neither a float16 sum that stops growing nor an int8 sum that
     wraps spoils the quotient; the count is int64. The last stage writes every element:
     the quotient where an update landed, x elsewhere. Without ``include_self`` the sum of a
     target that updates land on starts from 0 and x is not counted."""
@@ -279,14 +347,14 @@ def mean_stages(x, out, init_vars, finish_vars, target, value, update_nest, incl
     n = Load(count, f)
     # Integers: the floor of the quotient (PyTorch's integer scatter mean), which is no larger
     # in magnitude than the sum, so it fits back. Floats: the float64 quotient, rounded once
-    # more to the data dtype.
-    divide_in = float64 if out.dtype.is_float else int64
+    # more to the data dtype. uint64 divides in uint64 (its quotient is the floor already).
+    divide_in = float64 if out.dtype.is_float else wide
     # Without x an untouched target counts 0: divide by 1 there (its quotient is not used, but
     # an integer division by zero would trap before the select picks x).
     counted = Binary("add", n, const(1)) if include_self else maximum(n, const(1))
     dividend, divisor = Cast(divide_in, Load(total, f)), Cast(divide_in, counted)
     quotient = Binary("div", dividend, divisor)
-    if not out.dtype.is_float:
+    if divide_in == int64:
         # int64 division truncates; the divisor is positive, so a negative remainder means the
         # floor is one less.
         remainder = Binary("sub", dividend, Binary("mul", quotient, divisor))

@@ -43,10 +43,23 @@ static inline int atomicAdd(int* p, int v) {
 static inline unsigned long long atomicAdd(unsigned long long* p, unsigned long long v) {
     unsigned long long old = *p; *p = old + v; return old;
 }
+static inline unsigned int atomicAdd(unsigned int* p, unsigned int v) { unsigned int old = *p; *p = old + v; return old; }
 static inline int atomicMax(int* p, int v) { int old = *p; if (v > old) *p = v; return old; }
 static inline int atomicMin(int* p, int v) { int old = *p; if (v < old) *p = v; return old; }
 static inline long long atomicMax(long long* p, long long v) { long long old = *p; if (v > old) *p = v; return old; }
 static inline long long atomicMin(long long* p, long long v) { long long old = *p; if (v < old) *p = v; return old; }
+static inline unsigned int atomicMax(unsigned int* p, unsigned int v) {
+    unsigned int old = *p; if (v > old) *p = v; return old;
+}
+static inline unsigned int atomicMin(unsigned int* p, unsigned int v) {
+    unsigned int old = *p; if (v < old) *p = v; return old;
+}
+static inline unsigned long long atomicMax(unsigned long long* p, unsigned long long v) {
+    unsigned long long old = *p; if (v > old) *p = v; return old;
+}
+static inline unsigned long long atomicMin(unsigned long long* p, unsigned long long v) {
+    unsigned long long old = *p; if (v < old) *p = v; return old;
+}
 static inline unsigned int atomicCAS(unsigned int* p, unsigned int expected, unsigned int desired) {
     unsigned int old = *p; if (old == expected) *p = desired; return old;
 }

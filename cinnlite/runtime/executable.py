@@ -71,7 +71,10 @@ class BufferPool:
                     slots.append(slot)
             lease = _Lease(slot[0], shape, np.dtype(dtype))
             slot[1] = weakref.ref(lease)
-        return np.asarray(lease)
+        arr = np.asarray(lease)
+        # A dtype numpy knows only by its bytes (ml_dtypes' bfloat16 reads as void): view it as
+        # itself; the view keeps the array, and through it the lease, as its base.
+        return arr if arr.dtype == dtype else arr.view(dtype)
 
 
 class Executable:

@@ -17,7 +17,8 @@ from fuzzing.evaluate import reference_eval
 from fuzzing.externals import ExternalCannot, onnx_value, torch_value
 from fuzzing.spec import Spec
 
-FLOAT_TOLERANCE = {2: 2e-3, 4: 1e-5, 8: 1e-12}  # relative, by itemsize: for other libraries' order of sums
+# relative, by dtype: for other libraries' order of sums
+FLOAT_TOLERANCE = {"float16": 2e-3, "bfloat16": 2e-2, "float32": 1e-5, "float64": 1e-12}
 
 
 class Failure(Exception):
@@ -68,13 +69,13 @@ def same(got, want, exact=True) -> str | None:
         return f"shape {got.shape}, expected {want.shape}"
     if got.dtype != want.dtype:
         return f"dtype {got.dtype}, expected {want.dtype}"
-    if got.dtype.kind == "f":
+    if got.dtype.kind == "f" or got.dtype.name == "bfloat16":
         g, w = got.astype(np.float64), want.astype(np.float64)
         both_nan = np.isnan(g) & np.isnan(w)
         if exact:
             ok = both_nan | (g == w)
         else:
-            tol = FLOAT_TOLERANCE[got.dtype.itemsize]
+            tol = FLOAT_TOLERANCE[got.dtype.name]
             with np.errstate(invalid="ignore"):
                 ok = both_nan | (g == w) | (np.abs(g - w) <= tol * np.maximum(np.abs(w), 1.0))
     else:

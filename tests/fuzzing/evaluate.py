@@ -38,7 +38,7 @@ def addressed_sizes(step: Step, env) -> np.ndarray | None:
 def first_bad(step: Step, env):
     """(position, value) of the first out-of-range index value in row-major order, or None."""
     sizes = addressed_sizes(step, env)
-    idx = env[step.args[1]].astype(np.int64)
+    idx = env[step.args[1]].astype(object)  # Python integers: uint64 values keep their true value
     sizes = np.broadcast_to(sizes, idx.shape)
     bad = (idx < -sizes) | (idx >= sizes)
     if not bad.any():

@@ -27,19 +27,25 @@ def _norm_axis(axis, r):
 def _resolved(step: Step, env, allow_negative: bool):
     """The main step's index with every out-of-range value resolved by the mode (clip, wrap),
     or ExternalCannot where the mode has no counterpart elsewhere (raise, fill). In-range
-    negative values stay negative only if ``allow_negative``."""
-    raw = env[step.args[1]].astype(np.int64)
+    negative values stay negative only if ``allow_negative``. Computed on Python integers, so
+    that a uint64 value past the int64 range keeps its true value (no wrap to negative)."""
+    raw = env[step.args[1]].astype(object)
     sizes = np.broadcast_to(addressed_sizes(step, env), raw.shape).astype(np.int64)
     inside = (raw >= -sizes) & (raw < sizes)
     mode = step.kwargs.get("mode", "raise")
-    if mode == "clip":
-        return np.clip(raw, 0, np.maximum(sizes - 1, 0))  # numpy's clip: negatives go to 0
+    if mode == "clip":  # numpy's clip: negatives go to 0
+        return np.minimum(np.maximum(raw, 0), np.maximum(sizes - 1, 0)).astype(np.int64)
     if inside.all():
-        return raw if allow_negative else np.where(raw < 0, raw + sizes, raw)
+        return (raw if allow_negative else np.where(raw < 0, raw + sizes, raw)).astype(np.int64)
     if mode in ("raise", "fill"):
         raise ExternalCannot(f"{mode} with an out-of-range index")
     out = np.where(inside, raw, raw % np.maximum(sizes, 1))
-    return out if allow_negative else np.where(out < 0, out + sizes, out)
+    return (out if allow_negative else np.where(out < 0, out + sizes, out)).astype(np.int64)
+
+
+def _onnx_index_dtype(idx):
+    """ONNX indices are int32 or int64: the index's own dtype where it is one of them."""
+    return idx.dtype if idx.dtype in (np.int32, np.int64) else np.int64
 
 
 def _tuples_last(step, idx):
@@ -85,7 +91,17 @@ def torch_value(step: Step, env):
 
 
 def _tensor(torch, a):
+    a = np.asarray(a)
+    if a.dtype.name == "bfloat16":  # torch takes no ml_dtypes arrays: through float32, exactly
+        return torch.from_numpy(a.astype(np.float32)).to(torch.bfloat16)
     return torch.from_numpy(np.array(a, copy=True))
+
+
+def _array(t, like):
+    """A torch result as a numpy array of ``like``'s dtype (bfloat16 through float32, exactly)."""
+    if like.dtype.name == "bfloat16":
+        return t.float().numpy().astype(like.dtype)
+    return t.numpy()
 
 
 def _torch_take(torch, step: Step, env):
@@ -98,13 +114,13 @@ def _torch_take(torch, step: Step, env):
     axis = 0 if axis is None else _norm_axis(axis, x.ndim)
     pos = _resolved(step, env, allow_negative=False)
     out = _tensor(torch, xs).index_select(axis, _tensor(torch, pos.reshape(-1)))
-    return out.reshape(xs.shape[:axis] + idx.shape + xs.shape[axis + 1:]).numpy()
+    return _array(out.reshape(xs.shape[:axis] + idx.shape + xs.shape[axis + 1:]), x)
 
 
 def _torch_gather(torch, step: Step, env):
     x = env[step.args[0]]
     pos = _resolved(step, env, allow_negative=False)
-    return torch.gather(_tensor(torch, x), _norm_axis(step.kwargs.get("axis", 0), x.ndim), _tensor(torch, pos)).numpy()
+    return _array(torch.gather(_tensor(torch, x), _norm_axis(step.kwargs.get("axis", 0), x.ndim), _tensor(torch, pos)), x)
 
 
 def _torch_scatter(torch, step: Step, env):
@@ -115,12 +131,12 @@ def _torch_scatter(torch, step: Step, env):
     if reduce == "none":
         if _has_duplicates(_scatter_targets(step, env, pos)):
             raise ExternalCannot("torch.scatter is undefined for duplicate targets")
-        return _tensor(torch, x).scatter(axis, _tensor(torch, pos), _tensor(torch, src)).numpy()
+        return _array(_tensor(torch, x).scatter(axis, _tensor(torch, pos), _tensor(torch, src)), x)
     if reduce == "mean" and x.dtype.kind in "iu":
         raise ExternalCannot("torch sums an integer mean in the data dtype, wrapping; ours sums in int64")
     name = {"add": "sum", "mul": "prod", "max": "amax", "min": "amin", "mean": "mean"}[reduce]
-    return _tensor(torch, x).scatter_reduce(axis, _tensor(torch, pos), _tensor(torch, src), reduce=name,
-                                            include_self=kw.get("include_self", True)).numpy()
+    return _array(_tensor(torch, x).scatter_reduce(axis, _tensor(torch, pos), _tensor(torch, src), reduce=name,
+                                                   include_self=kw.get("include_self", True)), x)
 
 
 # -- ONNX --------------------------------------------------------------------------------------------
@@ -143,9 +159,12 @@ def onnx_value(step: Step, env):
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", ONNX_OPSET)])
     try:
         with np.errstate(all="ignore"):
-            return np.asarray(ReferenceEvaluator(model).run(None, feeds)[0])
+            out = np.asarray(ReferenceEvaluator(model).run(None, feeds)[0])
     except Exception as e:  # noqa: BLE001 - the evaluator's own limits are not cinnlite's
         raise ExternalCannot(f"onnx.reference raised {type(e).__name__}") from None
+    if out.dtype != x.dtype:
+        raise ExternalCannot(f"onnx.reference gave {out.dtype} for {x.dtype}")
+    return out
 
 
 def _onnx_operator(step: Step, env):
@@ -175,14 +194,14 @@ def _onnx_gather(step, x, idx, pos):
     axis = step.kwargs.get("axis", 0)
     if axis is None:
         x, axis = x.reshape(-1), 0
-    return "Gather", {"x": x, "i": pos.astype(idx.dtype)}, dict(axis=axis)
+    return "Gather", {"x": x, "i": pos.astype(_onnx_index_dtype(idx))}, dict(axis=axis)
 
 
 def _onnx_gather_elements(step, x, idx, pos):
     axis = _norm_axis(step.kwargs.get("axis", 0), x.ndim)
     if any(idx.shape[j] != x.shape[j] for j in range(x.ndim) if j != axis):
         raise ExternalCannot("the ONNX reference's GatherElements needs equal cross-sections")
-    return "GatherElements", {"x": x, "i": pos.astype(idx.dtype)}, dict(axis=axis)
+    return "GatherElements", {"x": x, "i": pos.astype(_onnx_index_dtype(idx))}, dict(axis=axis)
 
 
 def _onnx_gather_nd(step, x, pos):
@@ -210,7 +229,7 @@ def _onnx_scatter(step, env, x, idx, pos):
     if step.method == "scatter":
         axis = _norm_axis(kw.get("axis", 0), x.ndim)
         updates = np.ascontiguousarray(src[tuple(slice(0, n) for n in idx.shape)])
-        return "ScatterElements", {"x": x, "i": pos.astype(idx.dtype), "u": updates}, dict(axis=axis, reduction=reduce)
+        return "ScatterElements", {"x": x, "i": pos.astype(_onnx_index_dtype(idx)), "u": updates}, dict(axis=axis, reduction=reduce)
     tl = _tuples_last(step, pos)
     if tl.shape[-1] == 0:
         raise ExternalCannot("empty index tuples")

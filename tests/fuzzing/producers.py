@@ -66,7 +66,8 @@ def _take_producer(rng, c, inputs, steps, want, base, out):
         source[order[k]] = want[k] if k < rows else want[k % rows]
     perm = order[:rows].astype(c["index_dtype"])
     mode = c.get("producer_mode") or str(rng.choice(MODES))
-    if rng.random() < 0.5:
+    signed = np.dtype(c["index_dtype"]).kind == "i"
+    if rng.random() < 0.5 and signed:
         perm = np.where(perm >= 0, perm - (rows + extra), perm).astype(c["index_dtype"])  # negative spelling
     if mode != "raise" and rng.random() < 0.3:
         perm = perm + (rows + extra) * (int(mode == "wrap") * 3)  # still lands on the same rows
@@ -75,7 +76,7 @@ def _take_producer(rng, c, inputs, steps, want, base, out):
         perm[int(rng.integers(rows))] = rows + extra + 5  # a filled row: the consumer sees fill values
     if mode == "raise" and rows > 0 and rng.random() < (0.6 if c.get("tiny_axes") else 0.2):
         perm = perm.copy()
-        perm[int(rng.integers(rows))] = -(rows + extra) - 1  # a producer error
+        perm[int(rng.integers(rows))] = -(rows + extra) - 1 if signed else rows + extra  # a producer error
     inputs[f"{base}_rows"] = source
     inputs[f"{base}_perm"] = perm
     kw = dict(axis=0, mode=mode)

@@ -45,7 +45,7 @@ def _data(rng, shape, dtype: str, kind: str) -> np.ndarray:
         info = np.iinfo(dt)
         if rng.random() < 0.5:
             return small_signed(rng, shape, dt, -20, 20)
-        return rng.integers(int(info.min), int(info.max), size=shape, endpoint=True).astype(dt)
+        return rng.integers(int(info.min), int(info.max), size=shape, endpoint=True, dtype=dt)
     if kind == "small":
         return (rng.integers(-16, 17, size=shape) / 4).astype(dt)
     if kind == "factors":
@@ -61,15 +61,25 @@ def _data(rng, shape, dtype: str, kind: str) -> np.ndarray:
 def index_values(rng, shape, sizes, dtype: str, in_range: bool) -> np.ndarray:
     """Index values for ``shape``; ``sizes`` is an array broadcastable to ``shape`` holding the
     size of the axis each element addresses. Out of range (unless ``in_range``): ``size``,
-    ``size+1``, ``-size-1``, far beyond on both sides, the dtype's extremes, anything."""
+    ``size+1``, ``-size-1``, far beyond on both sides, the dtype's extremes, anything. In an
+    unsigned dtype, in-range values are never negative, and the negative candidates wrap
+    around to huge values (uint64: past the int64 range)."""
     sizes = np.broadcast_to(np.asarray(sizes, dtype=np.int64), shape).astype(np.int64)
     info = np.iinfo(dtype)
-    inside = rng.integers(-(2**62), 2**62, size=shape) % np.maximum(2 * sizes, 1) - sizes
+    raw = rng.integers(-(2**62), 2**62, size=shape)
+    if info.min == 0:
+        inside = raw % np.maximum(sizes, 1)
+    else:
+        inside = raw % np.maximum(2 * sizes, 1) - sizes
     p_bad = 0.0 if in_range else float(rng.choice([0.1, 0.3, 1.0]))
     bad = (rng.random(shape) < p_bad) | (sizes == 0)
+    # The extremes and the full range as int64 values whose bits are the dtype's (uint64's
+    # maximum is -1): every candidate converts to ``dtype`` by wrapping around.
+    lo, hi = (0, -1) if info.bits == 64 and info.min == 0 else (int(info.min), int(info.max))
+    wide = np.iinfo(np.int64) if info.bits == 64 else info
     candidates = np.stack([sizes, sizes + 1, -sizes - 1, 3 * sizes + 2, -3 * sizes - 5,
-                           np.full(shape, int(info.min)), np.full(shape, int(info.max)),
-                           rng.integers(int(info.min), int(info.max), size=shape, endpoint=True)])
+                           np.full(shape, lo), np.full(shape, hi),
+                           rng.integers(int(wide.min), int(wide.max), size=shape, endpoint=True)])
     pick = rng.integers(0, len(candidates), size=shape)
     out_of_range = np.take_along_axis(candidates, pick[None], axis=0)[0]
     return np.where(bad, out_of_range, inside).astype(dtype)
@@ -89,5 +99,6 @@ def fill_value_for(rng, dtype: str):
         return bool(rng.random() < 0.5)
     if dt.kind in "iu":
         info = np.iinfo(dt)
-        return int(rng.choice([0, 1, 7, int(info.max), int(info.min)]))
+        choices = [0, 1, 7, int(info.max), int(info.min)]
+        return choices[int(rng.integers(len(choices)))]  # Python ints: uint64's maximum stays exact
     return float(rng.choice([0.0, -2.5, 1.0e3, np.inf, np.nan]))

@@ -12,7 +12,7 @@ import operator
 
 import numpy as np
 
-from ...dtypes import INDEX_DTYPES, DType
+from ...dtypes import INDEX_DTYPES, DType, float_max
 from ...errors import DTypeError, ValidationError
 from ..symbolic import Dim, is_zero, symbol
 
@@ -73,10 +73,11 @@ def check_include_self(op, include_self, reduce) -> bool:
 
 
 def check_index_dtype(op, index, name="index"):
-    """Index tensors are int32 or int64."""
+    """Index tensors have an integer dtype, signed or unsigned, of any width."""
     if index.dtype not in INDEX_DTYPES:
-        raise DTypeError(op, "index dtype is int32 or int64",
-                         f"index dtype {index.dtype} is not supported; use int32 or int64", input=name)
+        raise DTypeError(op, "index dtype is an integer dtype",
+                         f"index dtype {index.dtype} is not supported; use an integer dtype "
+                         f"({', '.join(d.name for d in INDEX_DTYPES)})", input=name)
 
 
 def check_layout(op, layout):
@@ -106,7 +107,7 @@ def check_scalar(op, name, value, dtype: DType):
         if not isinstance(value, (bool, int, float)):
             raise ValidationError(op, f"{name} fits the dtype", f"{name}={value!r} is not a number")
         value = float(value)
-        if math.isfinite(value) and abs(value) > float(np.finfo(dtype.np).max):
+        if math.isfinite(value) and abs(value) > float_max(dtype):
             raise ValidationError(op, f"{name} fits the dtype", f"{name}={value!r} overflows {dtype}")
         return value
     if isinstance(value, float):
