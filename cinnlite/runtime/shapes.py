@@ -75,6 +75,7 @@ class ShapePlans:
         self.by_shapes: dict = {}
         self._lock = threading.Lock()
         self.static = None if self.symbolic else ShapePlan({}, {}, list(allocs))
+        self.masked = masked_axis_symbols(program) if self.symbolic else frozenset()
         #: compiles a static program with the executable's options (set by ``compile``).
         self.compile_static = None
 
@@ -101,7 +102,15 @@ class ShapePlans:
             bindings = self.bind(shapes)
         except InputError:
             return False
-        return self._generic(bindings)
+        return self._generic(bindings) and not self._power_of_two_axis(bindings)
+
+    def _power_of_two_axis(self, bindings: dict) -> bool:
+        """Whether an indexed axis of ``raise`` or ``wrap`` mode has a power-of-two size in this
+        call. The static code of such a size resolves an index with one mask instead of a
+        clamp or a division (2-3x faster on gathers that are not memory-bound), so the compiler
+        specialises: these sizes run the static program of the call's sizes, compiled once per
+        set of sizes (a symbol has at most 63 power-of-two values)."""
+        return any(bindings[s] & (bindings[s] - 1) == 0 for s in self.masked)
 
     def _generic(self, bindings: dict) -> bool:
         return all(v >= 1 for v in bindings.values()) and all(holds(f, bindings) for f in self.program.assumptions)
@@ -129,7 +138,7 @@ class ShapePlans:
     def _make(self, arrays: dict, exe) -> ShapePlan:
         bindings = self.bind(arrays)
         plan = ShapePlan(bindings)
-        if not self._generic(bindings):
+        if not self._generic(bindings) or self._power_of_two_axis(bindings):
             plan.specialised = self._specialised(bindings)
             return plan
         plan.symbol_arrays = {SYMBOL_BUFFER_PREFIX + k: np.array(v, np.int64) for k, v in bindings.items()}
@@ -145,3 +154,29 @@ class ShapePlans:
             raise InputError(f"program '{self.program.name}': these sizes need a static build, and this "
                              f"executable cannot compile one")
         return self.compile_static(static)
+
+
+#: The operators whose indices address an axis of their first input, and where that axis is.
+def _indexed_axes(node) -> list:
+    attrs = dict(node.attrs)
+    x = node.inputs[0]
+    if node.op in ("take", "gather", "scatter"):
+        return [x.shape[attrs["axis"]]]
+    if node.op in ("gather_nd", "scatter_nd"):
+        index = node.inputs[1]
+        m = index.shape[0 if attrs["index_layout"] == "first" else -1]
+        if attrs["dims"] is not None:
+            return [x.shape[d] for d in attrs["dims"]]
+        b = attrs.get("batch_dims", 0)
+        return list(x.shape[b:b + m]) if isinstance(m, int) else []
+    return []
+
+
+def masked_axis_symbols(program) -> frozenset:
+    """The symbols that size an axis a ``raise``- or ``wrap``-mode index addresses: where one is a
+    power of two, static code masks instead of clamping (see ``ShapePlans._power_of_two_axis``)."""
+    out = set()
+    for node in program.nodes:
+        if dict(node.attrs).get("mode") in ("raise", "wrap"):
+            out |= {d.name for d in _indexed_axes(node) if isinstance(d, Dim) and d.is_symbol}
+    return frozenset(out)
