@@ -5,7 +5,7 @@ CUDA, and run it on numpy arrays. See SEMANTICS.md for what each operator comput
 """
 from .compiler import compile
 from .eager import gather, gather_nd, scatter, scatter_add, scatter_nd, take
-from .dtypes import BFloat16, Bool, DType, Float, Int, UInt, as_dtype
+from .dtypes import BFloat16, Bool, Complex, DType, Float, Int, UInt, as_dtype
 from .errors import (CacheWarning, CinnliteError, CinnliteWarning, CompileError, DTypeError, IndexOutOfRangeError,
                      InputError, InputTypeError, TargetUnavailableError, ThreadStartWarning, ValidationError)
 from .frontend.netbuilder import NetBuilder
@@ -17,8 +17,8 @@ from .ir.symbolic import Dim
 __version__ = "0.1.0"
 
 __all__ = [
-    "NetBuilder", "compile", "Program", "Tensor", "Dim", "DType", "Float", "BFloat16", "Int", "UInt", "Bool",
-    "as_dtype",
+    "NetBuilder", "compile", "Program", "Tensor", "Dim", "DType", "Float", "BFloat16", "Complex", "Int", "UInt",
+    "Bool", "as_dtype",
     "CinnliteError", "ValidationError", "DTypeError", "IndexOutOfRangeError", "InputError",
     "InputTypeError", "TargetUnavailableError", "CompileError", "CinnliteWarning", "ThreadStartWarning",
     "CacheWarning", "take", "gather", "gather_nd", "scatter", "scatter_nd", "scatter_add", "__version__",

@@ -1,4 +1,5 @@
-"""Data types: ``Float(32)``, ``BFloat16()``, ``Int(64)``, ``UInt(8)``, ``Bool()`` and conversions.
+"""Data types: ``Float(32)``, ``BFloat16()``, ``Complex(64)``, ``Int(64)``, ``UInt(8)``, ``Bool()`` and
+conversions.
 
 A :class:`DType` is a frozen value; ``as_dtype`` accepts a DType, a string such as
 ``"float32"`` or anything numpy understands as a dtype. bfloat16 arrays are numpy arrays of
@@ -18,7 +19,7 @@ from .errors import DTypeError
 
 @dataclass(frozen=True)
 class DType:
-    kind: str  # "float" | "bfloat" | "int" | "uint" | "bool"
+    kind: str  # "float" | "bfloat" | "complex" | "int" | "uint" | "bool"
     bits: int
 
     @property
@@ -41,6 +42,17 @@ class DType:
     @property
     def is_bfloat16(self) -> bool:
         return self.kind == "bfloat"
+
+    @property
+    def is_complex(self) -> bool:
+        return self.kind == "complex"
+
+    @property
+    def part(self) -> "DType":
+        """The dtype of a complex value's real and imaginary parts (float32 for complex64)."""
+        if not self.is_complex:
+            raise ValueError(f"{self} is not complex")
+        return DType("float", self.bits // 2)
 
     @property
     def is_int(self) -> bool:
@@ -71,6 +83,13 @@ def BFloat16() -> DType:
     return DType("bfloat", 16)
 
 
+def Complex(bits: int = 64) -> DType:
+    """complex64 (float32 parts) or complex128 (float64 parts), as numpy's."""
+    if bits not in (64, 128):
+        raise DTypeError("Complex", "supported dtypes", f"Complex({bits}) is not supported; use 64 or 128")
+    return DType("complex", bits)
+
+
 def Int(bits: int = 32) -> DType:
     if bits not in (8, 16, 32, 64):
         raise DTypeError("Int", "supported dtypes", f"Int({bits}) is not supported; use 8, 16, 32 or 64")
@@ -89,11 +108,13 @@ def Bool() -> DType:
 
 float16, float32, float64 = Float(16), Float(32), Float(64)
 bfloat16 = BFloat16()
+complex64, complex128 = Complex(64), Complex(128)
 int8, int16, int32, int64 = Int(8), Int(16), Int(32), Int(64)
 uint8, uint16, uint32, uint64 = UInt(8), UInt(16), UInt(32), UInt(64)
 bool_ = Bool()
 
-DATA_DTYPES = (bool_, int8, int16, int32, int64, uint8, uint16, uint32, uint64, float16, bfloat16, float32, float64)
+DATA_DTYPES = (bool_, int8, int16, int32, int64, uint8, uint16, uint32, uint64, float16, bfloat16, float32, float64,
+               complex64, complex128)
 #: Index tensors may have every integer dtype (SEMANTICS.md, "Index values").
 INDEX_DTYPES = (int8, int16, int32, int64, uint8, uint16, uint32, uint64)
 #: Every dtype a tensor may have: the data dtypes and the index dtypes.

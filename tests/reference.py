@@ -14,11 +14,12 @@ Conventions shared by every function:
 - Scatter reductions are computed in the data dtype (bfloat16 ``add`` and ``mul`` in float32,
   rounded once at the end), one update at a time: integer ``add`` and
   ``mul`` wrap around like numpy arrays do; float ``max``/``min`` propagate NaN like
-  ``np.maximum``/``np.minimum``; ``mean`` is ``(x + sum of updates) / (1 + count)`` on the
+  ``np.maximum``/``np.minimum``; complex ``mul`` is :func:`complex_parts_op`'s; ``mean`` is ``(x + sum of updates) / (1 + count)`` on the
   elements some update touched: the sum accumulates in a wide type (float32 for float16 and
   bfloat16 data,
-  float64 for float32 and float64, int64 wrapping around for integers, uint64 for uint64), then
-  is divided by the exact count, rounded once to the data dtype (the floor for integers).
+  float64 for float32 and float64, int64 wrapping around for integers, uint64 for uint64,
+  complex128 for complex), then is divided by the exact count, rounded once to the data dtype
+  (the floor for integers; numpy's complex division for complex).
 """
 from __future__ import annotations
 
@@ -28,12 +29,50 @@ MODES = ("raise", "clip", "wrap", "fill")
 REDUCTIONS = ("none", "add", "mul", "max", "min", "mean")
 #: The type a mean's sum accumulates in: every other integer dtype sums in int64.
 MEAN_SUM_DTYPES = {"float16": np.float32, "bfloat16": np.float32, "float32": np.float64, "float64": np.float64,
-                   "uint64": np.uint64}
+                   "uint64": np.uint64, "complex64": np.complex128, "complex128": np.complex128}
 
 
 #: The type add and mul combine in where it is not the data dtype: bfloat16 accumulates in
 #: float32 and is rounded once at the end (as PyTorch's scatter_reduce on the CPU).
 ACCUMULATE_DTYPES = {"bfloat16": np.float32}
+
+
+def complex_parts_op(op, a, b):
+    """``a op b`` for complex numbers of one dtype, on their parts, each operation rounded to
+    the parts' float type: multiply ``(ar*br - ai*bi, ar*bi + ai*br)`` (no fused multiply-add,
+    which numpy's own complex64 loops use on CPUs that have it), divide as numpy divides
+    (Smith's method)."""
+    a, b = np.asarray(a)[()], np.asarray(b)[()]
+    part = np.float32 if a.dtype == np.complex64 else np.float64
+    ar, ai, br, bi = part(a.real), part(a.imag), part(b.real), part(b.imag)
+    with np.errstate(all="ignore"):
+        if op == "add":
+            re, im = ar + br, ai + bi
+        elif op == "sub":
+            re, im = ar - br, ai - bi
+        elif op == "mul":
+            re, im = ar * br - ai * bi, ar * bi + ai * br
+        elif abs(br) >= abs(bi):
+            if br == 0 and bi == 0:
+                re, im = ar / abs(br), ai / abs(br)
+            else:
+                rat = bi / br
+                scl = part(1) / (br + bi * rat)
+                re, im = (ar + ai * rat) * scl, (ai - ar * rat) * scl
+        else:
+            rat = br / bi
+            scl = part(1) / (bi + br * rat)
+            re, im = (ar * rat + ai) * scl, (ai * rat - ar) * scl
+    return a.dtype.type(complex(float(re), float(im)))
+
+
+def complex_elementwise(op, a, b):
+    """:func:`complex_parts_op` over broadcast arrays."""
+    a, b = np.broadcast_arrays(np.asarray(a), np.asarray(b))
+    out = np.empty(a.shape, a.dtype)
+    for p in np.ndindex(a.shape):
+        out[p] = complex_parts_op(op, a[p], b[p])
+    return out
 
 
 def is_float(dtype) -> bool:
@@ -63,6 +102,8 @@ def _check_reduce(reduce, dtype):
         raise ValueError(f"unknown reduce {reduce!r}")
     if dtype == np.bool_ and reduce in ("mean", "sub"):
         raise TypeError(f"reduce={reduce!r} is not defined on bool data")
+    if dtype.kind == "c" and reduce in ("max", "min"):
+        raise TypeError(f"reduce={reduce!r} is not defined on complex data")
 
 
 def _tuples_last(index, index_layout):
@@ -226,7 +267,7 @@ class _Accumulator:
             elif self.reduce in ("add", "mean"):
                 new = old + value
             elif self.reduce == "mul":
-                new = old * value
+                new = complex_parts_op("mul", old, value) if self.out.dtype.kind == "c" else old * value
             elif self.reduce == "max":
                 new = np.maximum(old, value)
             else:
@@ -243,7 +284,10 @@ class _Accumulator:
                 continue
             n = int(self.count[t]) + int(self.include_self)  # the original value (if counted) and every update
             total = sums[t]
-            if is_float(dtype):
+            if dtype.kind == "c":
+                # numpy's complex division of the complex128 sum by the count (count + 0j).
+                out[t] = np.array(complex_parts_op("div", np.complex128(total), np.complex128(n))).astype(dtype)
+            elif is_float(dtype):
                 # The quotient of the wide sum, rounded to float64 and then to the data dtype.
                 with np.errstate(all="ignore"):
                     out[t] = np.array(np.float64(total) / np.float64(n)).astype(dtype)

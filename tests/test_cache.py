@@ -225,7 +225,7 @@ CRAFTED = {
     "a reference forward": {"nodes": [node("Var", name="i", dtype={"#": 1}), INT64], "value": {"#": 0}},
     "a blob outside the blob": {"nodes": [node("bytes", at=[0, 10**9])], "value": {"#": 0}},
     "an object array": {"nodes": [node("ConstArray", dtype="object", shape=[1], at=[0, 8])], "value": {"#": 0}},
-    "an unknown dtype": {"nodes": [node("DType", name="complex128")], "value": {"#": 0}},
+    "an unknown dtype": {"nodes": [node("DType", name="complex256")], "value": {"#": 0}},
     "no node table": {"value": 1},
 }
 

@@ -20,7 +20,7 @@ pytest.importorskip("cuda.bindings.nvrtc", reason="NVRTC (the optional extra `cu
 
 ARCHS = ("sm_90", "sm_80")
 DATA_DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "bfloat16",
-               "float32", "float64"]
+               "float32", "float64", "complex64", "complex128"]
 MODES = ["raise", "clip", "wrap", "fill"]
 REDUCTIONS = ["none", "add", "mul", "max", "min", "mean"]
 
@@ -79,22 +79,29 @@ def test_every_index_dtype_compiles_for_sm90_and_sm80(index_dtype):
 
 def every_dtype(dtype: str):
     """The parts of the kernels that depend on the data dtype: loads and stores, fill values,
-    every reduction the dtype allows (atomics), elementwise arithmetic and casts."""
+    every reduction the dtype allows, ordered and (65536 updates into 4 elements) atomic,
+    elementwise arithmetic and casts."""
+    complex_ = dtype.startswith("complex")
     b = NetBuilder(f"dtype_{dtype}")
     x = b.create_input(dtype, (5, 4, 3), "x")
     i64 = b.create_input("int64", (2, 4, 3), "i64")
     tup = b.create_input("int32", (2, 2), "tup")
     src = b.create_input(dtype, (2, 4, 3), "src")
     nd_src = b.create_input(dtype, (2, 3), "nd_src")
-    fill = True if dtype == "bool" else 1
+    few = b.create_input(dtype, (4,), "few")
+    many = b.create_input("int64", (1 << 16,), "many")
+    many_src = b.create_input(dtype, (1 << 16,), "many_src")
+    fill = True if dtype == "bool" else (1 - 2j if complex_ else 1)
     outs = [b.gather(x, i64, axis=0, mode="fill", fill_value=fill), b.take(x, tup, axis=2, mode="wrap")]
-    for reduce in (["none"] if dtype == "bool" else REDUCTIONS):
+    reductions = ["none"] if dtype == "bool" else [r for r in REDUCTIONS if not (complex_ and r in ("max", "min"))]
+    for reduce in reductions:
         outs.append(b.scatter(x, i64, src, axis=0, reduce=reduce, mode="fill"))
         outs.append(b.scatter_nd(x, tup, nd_src, reduce=reduce, mode="clip"))
-    ops = ("maximum", "minimum") if dtype == "bool" else ("add", "subtract", "multiply", "divide", "maximum",
-                                                           "minimum")
+        outs.append(b.scatter(few, many, many_src, reduce=reduce, mode="wrap"))
+    ops = ("maximum", "minimum") if dtype == "bool" else ("add", "subtract", "multiply", "divide") + \
+        (() if complex_ else ("maximum", "minimum"))
     outs += [getattr(b, op)(src, src) for op in ops]
-    outs += [b.cast(src, to) for to in DATA_DTYPES if to != dtype]
+    outs += [b.cast(src, to) for to in DATA_DTYPES if to != dtype and (to.startswith("complex") or not complex_)]
     outs.append(b.fill_constant((3,), fill, dtype))
     return b.build(outs)
 
@@ -121,10 +128,19 @@ def test_every_operator_mode_and_reduction_compiles_for_sm90_and_sm80():
 
 @pytest.mark.parametrize("dtype", DATA_DTYPES)
 def test_every_dtype_compiles_for_sm90_and_sm80(dtype):
-    assert_compiles(cl.compile(every_dtype(dtype), target="cuda"))
+    exe = cl.compile(every_dtype(dtype), target="cuda")
+    source = exe.source("cuda")
+    if dtype != "bool":  # the scatters into 4 elements take the atomic path
+        suffix = cl.codegen.cuda._SUFFIX[dtype]
+        for reduce in ("add", "mul", "max", "min"):
+            ordered = dtype.startswith("complex") and reduce != "add"  # no complex atomic mul; no max/min
+            # bfloat16 adds and multiplies into a float32 buffer.
+            acc = "f32" if dtype == "bfloat16" and reduce in ("add", "mul") else suffix
+            assert (f"cl_atomic_{reduce}_{acc}(" in source) != ordered, reduce
+    assert_compiles(exe)
 
 
-@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64", "complex64", "complex128"])
 def test_deterministic_reductions_compile_for_sm90_and_sm80(dtype):
     b = NetBuilder(f"det_{dtype}")
     x = b.create_input(dtype, (5, 4), "x")
@@ -134,12 +150,13 @@ def test_deterministic_reductions_compile_for_sm90_and_sm80(dtype):
     v = b.create_input(dtype, (7, 4), "v")
     w = b.create_input(dtype, (7,), "w")
     outs = []
-    for reduce in REDUCTIONS:
+    for reduce in [r for r in REDUCTIONS if not (dtype.startswith("complex") and r in ("max", "min"))]:
         outs.append(b.scatter(x, i, u, axis=0, reduce=reduce, mode="wrap"))
         outs.append(b.scatter_nd(x, t, v, reduce=reduce, mode="raise"))
         outs.append(b.scatter_nd(b.reshape(x, (20,)), t, w, reduce=reduce, mode="fill"))  # one thread
     exe = cl.compile(b.build(outs), target="cuda", deterministic=True)
-    assert "cl_atomic_add_f" not in exe.source("cuda")
+    assert "cl_atomic_add_f" not in exe.source("cuda") and "cl_atomic_add_c" not in exe.source("cuda")
+    assert "cl_atomic_add_bf16" not in exe.source("cuda")
     assert_compiles(exe)
 
 

@@ -228,8 +228,8 @@ CATALOGUE = [
     ("scatter_nd-clip-empty-axis", "scatter_nd", "mode clip needs a non-empty axis", ValidationError,
      lambda b: b.scatter_nd(X(b, (0, 3)), I(b, (2, 1)), S(b, (2, 3)), mode="clip")),
     # -- inputs, constants, reshape, build ---------------------------------------------------
-    ("create_input-complex", "create_input", "supported dtypes", DTypeError,
-     lambda b: b.create_input("complex64", (2,), "c")),
+    ("create_input-complex256", "create_input", "supported dtypes", DTypeError,
+     lambda b: b.create_input(np.clongdouble, (2,), "c")),
     ("create_input-longdouble", "create_input", "supported dtypes", DTypeError,
      lambda b: b.create_input(np.longdouble, (2,), "c")),
     ("create_input-not-a-dtype", "create_input", "supported dtypes", DTypeError,
@@ -259,7 +259,9 @@ CATALOGUE = [
     ("fill_constant-value-str", "fill_constant", "value fits the dtype", ValidationError,
      lambda b: b.fill_constant((2,), "one", "float32")),
     ("fill_constant-bad-dtype", "fill_constant", "supported dtypes", DTypeError,
-     lambda b: b.fill_constant((2,), 0, "complex128")),
+     lambda b: b.fill_constant((2,), 0, np.clongdouble)),
+    ("fill_constant-complex-overflows", "fill_constant", "value fits the dtype", ValidationError,
+     lambda b: b.fill_constant((2,), 1j * 1e39, "complex64")),
     ("fill_constant-negative-dim", "fill_constant", "dimensions are non-negative", ValidationError,
      lambda b: b.fill_constant((-2,), 0, "float32")),
     ("reshape-count", "reshape", "element count is kept", ValidationError, lambda b: b.reshape(X(b), (5, 2))),
@@ -284,7 +286,19 @@ CATALOGUE = [
      lambda b: b.add(X(b), X(b, (3, 4), name="y"))),
     ("subtract-bool", "subtract", "arithmetic on numbers", DTypeError,
      lambda b: b.subtract(X(b, dtype="bool"), X(b, dtype="bool", name="y"))),
-    ("cast-to-complex", "cast", "supported dtypes", DTypeError, lambda b: b.cast(X(b), "complex64")),
+    ("cast-to-complex256", "cast", "supported dtypes", DTypeError, lambda b: b.cast(X(b), np.clongdouble)),
+    ("cast-complex-to-real", "cast", "complex casts only to complex", DTypeError,
+     lambda b: b.cast(X(b, dtype="complex64"), "float64")),
+    ("cast-complex-to-bool", "cast", "complex casts only to complex", DTypeError,
+     lambda b: b.cast(X(b, dtype="complex128"), "bool")),
+    ("maximum-complex", "maximum", "ordered operands", DTypeError,
+     lambda b: b.maximum(X(b, dtype="complex64"), X(b, dtype="complex64", name="y"))),
+    ("minimum-complex", "minimum", "ordered operands", DTypeError,
+     lambda b: b.minimum(X(b, dtype="complex128"), X(b, dtype="complex128", name="y"))),
+    ("scatter-complex-max", "scatter", "complex data: reduce none/add/mul/mean/sub", DTypeError,
+     lambda b: b.scatter(X(b, dtype="complex64"), I(b), S(b, dtype="complex64"), reduce="max")),
+    ("scatter_nd-complex-min", "scatter_nd", "complex data: reduce none/add/mul/mean/sub", DTypeError,
+     lambda b: b.scatter_nd(X(b, dtype="complex128"), I(b, (2, 1)), S(b, (2, 3), dtype="complex128"), reduce="min")),
     ("maximum-numpy-operand", "maximum", OPERANDS, ValidationError, lambda b: b.maximum(X(b), np.ones((4, 3)))),
     ("build-no-outputs", "build", "a program has outputs", ValidationError, lambda b: b.build()),
     ("build-output-twice", "build", "outputs are distinct", ValidationError,
@@ -366,8 +380,9 @@ def test_compiling_something_that_is_not_a_program_is_a_cinnlite_error(thing):
 
 
 @pytest.mark.parametrize("make", [lambda: cl.Float(8), lambda: cl.Int(128), lambda: cl.UInt(128),
-                                  lambda: cl.as_dtype(ml_dtypes.float8_e4m3fn), lambda: cl.as_dtype(np.complex64)],
-                         ids=["Float8", "Int128", "UInt128", "float8_e4m3fn", "complex64"])
+                                  lambda: cl.as_dtype(ml_dtypes.float8_e4m3fn), lambda: cl.as_dtype(np.clongdouble),
+                                  lambda: cl.Complex(32)],
+                         ids=["Float8", "Int128", "UInt128", "float8_e4m3fn", "complex256", "Complex32"])
 def test_unsupported_dtypes_are_dtype_errors(make):
     with pytest.raises(DTypeError, match=r"\[rule: supported dtypes\]"):
         make()

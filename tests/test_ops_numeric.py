@@ -17,8 +17,10 @@ import reference as R
 from backends import BACKENDS
 
 DATA_DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "bfloat16",
-               "float32", "float64"]
-NUMERIC_DTYPES = [d for d in DATA_DTYPES if d != "bool"]
+               "float32", "float64", "complex64", "complex128"]
+COMPLEX_DTYPES = ["complex64", "complex128"]
+#: The dtypes every reduction is defined on (complex numbers have no max and min).
+NUMERIC_DTYPES = [d for d in DATA_DTYPES if d != "bool" and d not in COMPLEX_DTYPES]
 FLOAT_DTYPES = ["float16", "bfloat16", "float32", "float64"]
 INDEX_DTYPES = ["int32", "int64", "int8", "uint8", "int16", "uint16", "uint32", "uint64"]
 #: For cases whose index values are written out, negative ones included.
@@ -59,6 +61,13 @@ def random_data(rng, shape, dtype, kind="any"):
     dt = np.dtype(dtype)
     if dt == np.bool_:
         return rng.random(shape) < 0.5
+    if dt.kind == "c":
+        if kind == "factors":  # products of these are exact, in any order
+            return rng.choice(np.array([1, -1, 1j, -1j, 2, -0.5, 0.5j, -2j]), size=shape).astype(dt)
+        out = np.empty(shape, dt)
+        part = np.float32 if dt == np.complex64 else np.float64
+        out.real, out.imag = random_data(rng, shape, part, kind), random_data(rng, shape, part, kind)
+        return out
     if dt.kind in "iu":
         info = np.iinfo(dt)
         if kind == "any":
@@ -126,7 +135,7 @@ def to_layout(index, layout):
 def fill_for(dtype):
     """A non-default fill value that every dtype can hold."""
     kind = np.dtype(dtype).kind
-    return True if kind == "b" else (-2.5 if R.is_float(dtype) else 7)
+    return True if kind == "b" else (-2.5 + 1j if kind == "c" else -2.5 if R.is_float(dtype) else 7)
 
 
 # -- one compiled program, many checked outputs ---------------------------------------------------
@@ -142,6 +151,10 @@ def comparable(a):
 def assert_matches(got, expected, label, tol=None):
     assert got.shape == expected.shape, f"{label}: shape {got.shape}, expected {expected.shape}"
     assert got.dtype == expected.dtype, f"{label}: dtype {got.dtype}, expected {expected.dtype}"
+    if got.dtype.kind == "c":  # each part on its own: NaN and the sign of zero part by part
+        assert_matches(np.ascontiguousarray(got.real), np.ascontiguousarray(expected.real), f"{label} (real)", tol)
+        assert_matches(np.ascontiguousarray(got.imag), np.ascontiguousarray(expected.imag), f"{label} (imag)", tol)
+        return
     if got.dtype.name == "bfloat16":  # numpy's testing functions know float32, which holds every value
         got, expected = got.astype(np.float32), expected.astype(np.float32)
     if tol is None:
@@ -498,13 +511,14 @@ def test_scatter_every_rank_and_axis(backend, rank, axis):
 
 @pytest.mark.parametrize("dtype", DATA_DTYPES)
 def test_scatter_every_dtype_and_reduction(backend, dtype):
-    """Every reduction on every dtype (bool: "none" only, in every mode); the mode of each
+    """Every reduction on every dtype (bool: "none" only, in every mode; complex: no max, min); the mode of each
     reduction rotates with the dtype, so every (reduction, mode) pair is covered too."""
     rng = rng_for("scatter-dtype", dtype)
     xshape = (4, 3)
     d = DATA_DTYPES.index(dtype)
     pairs = [("none", m) for m in MODES] if dtype == "bool" else \
-        [(r, MODES[(j + d) % len(MODES)]) for j, r in enumerate(REDUCTIONS)]
+        [(r, MODES[(j + d) % len(MODES)]) for j, r in enumerate(REDUCTIONS)
+         if not (dtype in COMPLEX_DTYPES and r in ("max", "min"))]
     c = Case()
     for k, (reduce, mode) in enumerate(pairs):
         axis = k % 2
@@ -796,6 +810,8 @@ def test_scatter_nd_dims_form(backend, xshape, dims):
     for k, mode in enumerate(mode_pair(SCATTER_ND_DIMS_CASES.index((xshape, dims)))):
         layout = ["last", "first"][(k + r) % 2]
         reduce = "none" if dtype == "bool" else REDUCTIONS[(k + r + len(dims)) % len(REDUCTIONS)]
+        if dtype in COMPLEX_DTYPES and reduce in ("max", "min"):
+            reduce = "mul"
         x = data_for_reduce(rng, xshape, dtype, reduce)
         sshape = tuple(int(rng.integers(1, 4)) if j in nd else int(rng.integers(1, xshape[j] + 1)) for j in range(r))
         idx = tuple_index(rng, sshape, [xshape[d] for d in nd], INDEX_DTYPES[k % len(INDEX_DTYPES)], mode)

@@ -258,6 +258,10 @@ SCATTERS = {
     "mean_raise_uint64": ("uint64", "mean", "raise"),
     "min_wrap_uint32": ("uint32", "min", "wrap"),
     "mul_fill_uint16": ("uint16", "mul", "fill"),
+    "add_raise_complex64": ("complex64", "add", "raise"),
+    "mul_wrap_complex128": ("complex128", "mul", "wrap"),
+    "mean_fill_complex64": ("complex64", "mean", "fill"),
+    "none_clip_complex128": ("complex128", "none", "clip"),
 }
 
 
@@ -265,6 +269,8 @@ def scatter_data(dtype, shape, seed):
     rng = np.random.default_rng(seed)
     if dtype == "bool":
         return rng.integers(0, 2, shape).astype(bool)
+    if np.dtype(dtype).kind == "c":
+        return (rng.integers(-3, 4, shape) + 1j * rng.integers(-3, 4, shape)).astype(dtype)
     if R.is_float(dtype):
         data = (rng.standard_normal(shape) * 3).astype(dtype)
         data.flat[5] = np.nan if dtype == "float32" else data.flat[5]

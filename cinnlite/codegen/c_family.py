@@ -33,7 +33,7 @@ TEMPLATES.filters["comment"] = comment_text
 CTYPES = {"bool": "unsigned char", "int8": "signed char", "int16": "short", "int32": "int",
           "int64": "long long", "uint8": "unsigned char", "uint16": "unsigned short", "uint32": "unsigned int",
           "uint64": "unsigned long long", "float16": "cl_half", "bfloat16": "cl_bf16", "float32": "float",
-          "float64": "double"}
+          "float64": "double", "complex64": "cl_c64", "complex128": "cl_c128"}
 
 #: The error buffer: int64 elements, the last parameter of a kernel that reports index errors.
 ERROR_BUFFER_CTYPE = "long long"

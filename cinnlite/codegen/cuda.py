@@ -19,7 +19,9 @@ record per check).
 Value types: bool is ``bool`` in registers and one byte in memory; float16 and bfloat16 are kept
 as their bits (``cl_half``, ``cl_bf16``; no ``cuda_fp16.h`` or ``cuda_bf16.h``, so the host
 emulation compiles them too) and converted to float for arithmetic, rounding to nearest-even
-after each operation, as the CPU backend does. Signed integer data arithmetic wraps around (computed in
+after each operation, as the CPU backend does. A complex value is a struct of its two parts
+(``cl_c64``, ``cl_c128``) with helper functions for its arithmetic; a complex ``add`` reduction is
+one atomic add per part, a complex ``mul`` one is always ordered by the GPU passes. Signed integer data arithmetic wraps around (computed in
 unsigned types); integer division never traps.
 """
 from __future__ import annotations
@@ -30,7 +32,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 import numpy as np
 
-from ..dtypes import DType, float16, float32, int64, uint8
+from ..dtypes import DType, complex64, complex128, float16, float32, int64, uint8
 from ..errors import CompileError
 from ..ir.loopnest import (Binary, Buffer, Cast, Cmp, Const, Expr, For, If, Let, Load, LoweredProgram, Reduce,
                            ReportIndexError, Select, Seq, Store, Var, dim_mul)
@@ -49,7 +51,7 @@ BLOCK = 256  # threads per block; also the kernels' __launch_bounds__
 
 _SUFFIX = {"bool": "b", "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64", "uint8": "u8",
            "uint16": "u16", "uint32": "u32", "uint64": "u64", "float16": "f16", "bfloat16": "bf16", "float32": "f32",
-           "float64": "f64"}
+           "float64": "f64", "complex64": "c64", "complex128": "c128"}
 
 
 @dataclass(frozen=True)
@@ -139,6 +141,18 @@ class _Helpers:
     def half(self):
         self.bits_float(float16)
 
+    def complex(self, dtype: DType) -> str:
+        """The helpers of a complex dtype (emitted then); returns their suffix."""
+        self.needs.add(dtype.name)
+        return _SUFFIX[dtype.name]
+
+    def complex_cast(self, src: DType, dst: DType) -> str:
+        """complex64 <-> complex128, part by part."""
+        self.complex(src)
+        return self._add(f"cl_{_SUFFIX[src.name]}_to_{self.complex(dst)}", kind="complex_cast",
+                         src=value_ctype(src), dst=value_ctype(dst), suffix=_SUFFIX[dst.name],
+                         part=value_ctype(dst.part))
+
     def minmax(self, op, dtype: DType) -> str:
         spec = self.bits_float(dtype)
         return self._add(f"cl_{op}_{_SUFFIX[dtype.name]}", kind="minmax", ctype=value_ctype(dtype),
@@ -178,6 +192,10 @@ class _Helpers:
         if name in self.functions:
             return name
         ct = value_ctype(dtype)
+        if dtype.is_complex:
+            if op != "add":  # the GPU passes order complex mul (order_update_nests)
+                raise CompileError(f"CUDA renderer: no atomic {op} of {dtype}; the update nest must be ordered")
+            return self._add(name, kind="atomic_complex_add", ctype=ct, dtype=dtype.name)
         native = {
             ("add", "float32"): "atomicAdd(p, v)",
             ("add", "float64"): "atomicAdd(p, v)",
@@ -267,6 +285,9 @@ class _Emitter:
         if dtype.name in _BITS_FLOATS:
             bits = int(np.array(value, dtype.np).view(np.uint16))
             return f"(({value_ctype(dtype)})0x{bits:04x}u)"
+        if dtype.is_complex:
+            v = complex(np.array(value, dtype.np))  # the parts rounded to the dtype's
+            return f"cl_make_{self.h.complex(dtype)}({self.const(v.real, dtype.part)}, {self.const(v.imag, dtype.part)})"
         if dtype.is_float:
             if dtype.bits == 32:
                 x = np.float32(value)
@@ -320,8 +341,10 @@ class _Emitter:
             if logical is None:
                 raise CompileError(f"CUDA renderer: {op} of bool values")
             return f"({a} {logical} {b})"
-        if op in ("and", "or"):
+        if op in ("and", "or") or (dtype.is_complex and op not in ("add", "sub", "mul", "div")):
             raise CompileError(f"CUDA renderer: {op} of {dtype}")
+        if dtype.is_complex:
+            return f"cl_{op}_{self.h.complex(dtype)}({a}, {b})"
         if op in ("min", "max"):
             return f"{self.h.minmax(op, dtype)}({a}, {b})"
         if dtype.name in _BITS_FLOATS:
@@ -351,6 +374,8 @@ class _Emitter:
         return self.binary(op, dtype, a, b)
 
     def compare(self, op, dtype: DType, a: str, b: str) -> str:
+        if dtype.is_complex:
+            raise CompileError(f"CUDA renderer: a comparison of {dtype} values")
         spec = self.h.bits_float(dtype)
         if spec is not None:
             a, b = f"{spec.to_float}({a})", f"{spec.to_float}({b})"
@@ -360,6 +385,13 @@ class _Emitter:
     def cast(self, a: str, src: DType, dst: DType) -> str:
         if src == dst:
             return a
+        if dst.is_complex:
+            suffix, part = self.h.complex(dst), dst.part
+            if src.is_complex:  # part by part (C's conversions round to nearest)
+                return f"{self.h.complex_cast(src, dst)}({a})"
+            return f"cl_make_{suffix}({self.cast(a, src, part)}, {self.const(0.0, part)})"
+        if src.is_complex:
+            raise CompileError(f"CUDA renderer: a cast of {src} to {dst}")
         from_bits, to_bits = self.h.bits_float(src), self.h.bits_float(dst)
         if dst.is_bool:
             if from_bits is not None:
@@ -500,10 +532,13 @@ class CUDARenderer(Renderer):
                 texts.append(text)
                 launches.append(launch)
         plan = [dict(name=l.name, total=_size_text(l.items), args=list(l.buffers), errors=l.errors) for l in launches]
+        complex_types = [dict(name=d.name, ctype=value_ctype(d), suffix=_SUFFIX[d.name], ftype=value_ctype(d.part),
+                              fabs="fabsf" if d.part == float32 else "fabs")
+                         for d in (complex64, complex128) if d.name in helpers.needs]
         source = TEMPLATES.get_template("module.cu.j2").render(
             program=program.name, deterministic=self.deterministic, launches=plan, block=self.block,
             num_checks=len(program.checks), error_slots=PER_CHECK.size, needs=helpers.needs, functions=list(helpers.functions.values()),
-            kernels=texts)
+            complex_types=complex_types, kernels=texts)
         return CudaModule(program.name, source, tuple(launches), self.block, len(program.checks),
                           frozenset(reported))
 

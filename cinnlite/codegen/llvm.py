@@ -42,14 +42,22 @@ _ICMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
 
 def value_type(dtype: DType):
     """The LLVM type of a value of ``dtype`` in registers (bool is i1; bfloat16 a float holding
-    a bfloat16 value, every one of which is a float32)."""
+    a bfloat16 value, every one of which is a float32; a complex value a vector of its real and
+    imaginary parts, as numpy lays them out in memory)."""
     if dtype.is_bool:
         return I1
+    if dtype.is_complex:
+        return ir.VectorType(_FLOATS[dtype.bits // 2], 2)
     if dtype.is_bfloat16:
         return _FLOATS[32]
     if dtype.is_float:
         return _FLOATS[dtype.bits]
     return ir.IntType(dtype.bits)
+
+
+def _align(dtype: DType):
+    """The alignment numpy guarantees an element of ``dtype`` (a complex one: its parts')."""
+    return dtype.bits // 16 if dtype.is_complex else None
 
 
 def memory_type(dtype: DType):
@@ -170,7 +178,8 @@ class _KernelEmitter:
         return self.sizes[buf.name]
 
     def load(self, buf, indices):
-        v = self._scoped(buf, self.b.load(self.address(buf, indices), typ=memory_type(buf.dtype)))
+        v = self._scoped(buf, self.b.load(self.address(buf, indices), typ=memory_type(buf.dtype),
+                                          align=_align(buf.dtype)))
         if buf.dtype.is_bool:
             v = self.b.icmp_unsigned("!=", v, ir.Constant(I8, 0))
         elif buf.dtype.is_bfloat16:
@@ -182,7 +191,7 @@ class _KernelEmitter:
             value = self.b.zext(value, I8)
         elif buf.dtype.is_bfloat16:
             value = bf16_bits(self.b, value)  # exact: the value is a bfloat16 already
-        self._scoped(buf, self.b.store(value, self.address(buf, indices)))
+        self._scoped(buf, self.b.store(value, self.address(buf, indices), align=_align(buf.dtype)))
 
     def round_bf16(self, value):
         """A float32 result rounded to the nearest bfloat16 value (a float again)."""
@@ -213,6 +222,9 @@ class _KernelEmitter:
                 return ir.Constant(I1, int(bool(e.value)))
             if e.dtype.is_bfloat16:  # the bfloat16 nearest the value, as a float
                 return ir.Constant(t, float(np.array(e.value, e.dtype.np).astype(np.float32)))
+            if e.dtype.is_complex:
+                v = complex(np.array(e.value, e.dtype.np))  # the parts rounded to the dtype's
+                return ir.Constant(t, [ir.Constant(t.element, v.real), ir.Constant(t.element, v.imag)])
             return ir.Constant(t, float(e.value) if e.dtype.is_float else int(e.value))
         if isinstance(e, Var):
             if e in self.lets:
@@ -245,6 +257,8 @@ class _KernelEmitter:
         b = self.b
         if op in ("and", "or"):
             return b.and_(a, c) if op == "and" else b.or_(a, c)
+        if dtype.is_complex:
+            return self.complex_binary(op, a, c)
         if dtype.is_float:
             if op in ("min", "max"):
                 # numpy's minimum/maximum: NaN propagates from either side.
@@ -262,10 +276,59 @@ class _KernelEmitter:
             return b.srem(a, c) if dtype.is_signed else b.urem(a, c)
         return {"add": b.add, "sub": b.sub, "mul": b.mul}[op](a, c)
 
+    def complex_binary(self, op, a, c):
+        """Complex arithmetic on <2 x float> values, part by part, as ``evaluate.complex_parts``:
+        multiply by the plain formula, divide as numpy (Smith's method, branch-free)."""
+        b = self.b
+        if op in ("add", "sub"):
+            return b.fadd(a, c) if op == "add" else b.fsub(a, c)
+        ar, ai, cr, ci = (b.extract_element(v, ir.Constant(I32, k)) for v in (a, c) for k in (0, 1))
+        if op == "mul":
+            re = b.fsub(b.fmul(ar, cr), b.fmul(ai, ci))
+            im = b.fadd(b.fmul(ar, ci), b.fmul(ai, cr))
+        elif op == "div":
+            zero, one = ir.Constant(ar.type, 0.0), ir.Constant(ar.type, 1.0)
+            fabs = self.intrinsic("llvm.fabs", ar.type)
+            abs_r, abs_i = b.call(fabs, [cr]), b.call(fabs, [ci])
+            real_larger = b.fcmp_ordered(">=", abs_r, abs_i)
+            # |cr| >= |ci|: rat = ci/cr, scl = 1/(cr + ci*rat), ((ar + ai*rat)*scl, (ai - ar*rat)*scl)
+            rat1 = b.fdiv(ci, cr)
+            scl1 = b.fdiv(one, b.fadd(cr, b.fmul(ci, rat1)))
+            re1 = b.fmul(b.fadd(ar, b.fmul(ai, rat1)), scl1)
+            im1 = b.fmul(b.fsub(ai, b.fmul(ar, rat1)), scl1)
+            # both parts 0: the quotients by |cr| = +0
+            both_zero = b.and_(b.fcmp_ordered("==", cr, zero), b.fcmp_ordered("==", ci, zero))
+            re1 = b.select(both_zero, b.fdiv(ar, abs_r), re1)
+            im1 = b.select(both_zero, b.fdiv(ai, abs_r), im1)
+            # otherwise (and for NaN): rat = cr/ci, scl = 1/(ci + cr*rat), ((ar*rat + ai)*scl, (ai*rat - ar)*scl)
+            rat2 = b.fdiv(cr, ci)
+            scl2 = b.fdiv(one, b.fadd(ci, b.fmul(cr, rat2)))
+            re2 = b.fmul(b.fadd(b.fmul(ar, rat2), ai), scl2)
+            im2 = b.fmul(b.fsub(b.fmul(ai, rat2), ar), scl2)
+            re, im = b.select(real_larger, re1, re2), b.select(real_larger, im1, im2)
+        else:
+            raise TypeError(f"cannot render {op} of complex values")
+        return self.complex_of(re, im, a.type)
+
+    def complex_of(self, re, im, t):
+        b = self.b
+        v = b.insert_element(ir.Constant(t, None), re, ir.Constant(I32, 0))
+        return b.insert_element(v, im, ir.Constant(I32, 1))
+
+    def intrinsic(self, name, t):
+        module = self.fn.module
+        full = f"{name}.{'f32' if t == ir.FloatType() else 'f64'}"
+        return module.globals.get(full) or ir.Function(module, ir.FunctionType(t, [t]), full)
+
     def cast(self, v, src: DType, dst: DType):
         b = self.b
         if src == dst:
             return v
+        if dst.is_complex:
+            t = value_type(dst)
+            if src.is_complex:  # part by part
+                return b.fpext(v, t) if dst.bits > src.bits else b.fptrunc(v, t)
+            return self.complex_of(self.cast(v, src, dst.part), ir.Constant(t.element, 0.0), t)
         if dst.is_bfloat16:
             # Through float32, as ml_dtypes converts: rounded to float32, then to bfloat16.
             return self.round_bf16(self.cast(v, src, float32))

@@ -3,7 +3,7 @@
 The disk compile cache stores lowered programs with it, in files that anyone able to write the
 cache directory could have crafted. Decoding therefore builds nothing but the classes of
 ``NODE_CLASSES`` (the frozen dataclasses of the loop-nest IR), dtypes, constant arrays of the
-supported dtypes, tuples, dicts and JSON scalars; nothing named in the data is imported, called
+supported dtypes, complex numbers, tuples, dicts and JSON scalars; nothing named in the data is imported, called
 or evaluated, and anything else is a :class:`CodecError`.
 
 A node is a JSON object ``{"@": class name, field: value, ...}`` with exactly the fields of its
@@ -103,6 +103,8 @@ class _Encoder:
             return {"@": "bytes", "at": self._append(value)}
         if kind is DType:
             return {"@": "DType", "name": value.name}
+        if kind is complex:
+            return {"@": "complex", "re": value.real, "im": value.imag}
         if kind is ConstArray:
             arr = value.array
             return {"@": "ConstArray", "dtype": arr.dtype.name, "shape": list(arr.shape),
@@ -147,6 +149,10 @@ class _Decoder:
             if dtype is None:
                 raise CodecError(f"unknown dtype {str(obj['name'])[:40]!r}")
             return dtype
+        if name == "complex" and obj.keys() == {"@", "re", "im"}:
+            if not all(type(obj[k]) in (int, float) for k in ("re", "im")):
+                raise CodecError("a complex number has two real parts")
+            return complex(obj["re"], obj["im"])
         if name == "ConstArray" and obj.keys() == {"@", "dtype", "shape", "at"}:
             return _const_array(obj, self.blob)
         fields = _FIELD_SETS.get(name) if type(name) is str else None

@@ -14,6 +14,8 @@ The meaning of each node is the one the renderers give it (``cinnlite/codegen/ll
   on the CPU (the lowering never divides by a value that can be either): it is an error here.
 - floats are numpy scalars of their dtype, so float16 rounds after every operation, as both
   backends do; ``min``/``max`` propagate NaN; comparisons are ordered, except ``ne``.
+- complex values are numpy complex scalars, computed on their parts (:func:`complex_parts`):
+  add and subtract part by part, multiply by the plain formula, divide as numpy does (Smith's).
 - casts: float to integer truncates and saturates, NaN gives 0; to bool is ``!= 0`` (NaN gives
   true); from bool gives 0 or 1.
 - ``Select`` evaluates both operands, as the CPU does.
@@ -86,7 +88,7 @@ def scalar(value, dtype: DType):
     """An element read from memory (or a constant) in the evaluator's representation."""
     if dtype.is_bool:
         return bool(value)
-    if dtype.is_float:
+    if dtype.is_float or dtype.is_complex:
         return dtype.np.type(value)
     return int(value)
 
@@ -123,6 +125,44 @@ def _float_binary(op: str, dtype: DType, a, b):
         return dtype.np.type(ops[op](a, b))
 
 
+def complex_divide(ar, ai, br, bi):
+    """numpy's complex division (``np.divide`` on complex numbers, Smith's method) on parts of
+    one float type: the larger part of the divisor scales the other, and 0 / 0 gives the
+    quotients by +0 (inf or NaN)."""
+    one = type(br)(1)
+    if abs(br) >= abs(bi):
+        if br == 0 and bi == 0:
+            return ar / abs(br), ai / abs(br)
+        rat = bi / br
+        scl = one / (br + bi * rat)
+        return (ar + ai * rat) * scl, (ai - ar * rat) * scl
+    rat = br / bi
+    scl = one / (bi + br * rat)
+    return (ar * rat + ai) * scl, (ai * rat - ar) * scl
+
+
+def complex_parts(op: str, ar, ai, br, bi):
+    """``op`` of complex numbers given by their parts (numpy scalars of one float type, so that
+    every operation rounds): multiply is ``(ar*br - ai*bi, ar*bi + ai*br)``, with no fused
+    multiply-add."""
+    if op == "add":
+        return ar + br, ai + bi
+    if op == "sub":
+        return ar - br, ai - bi
+    if op == "mul":
+        return ar * br - ai * bi, ar * bi + ai * br
+    if op == "div":
+        return complex_divide(ar, ai, br, bi)
+    raise EvaluationError(f"{op} of complex values")
+
+
+def _complex_binary(op: str, dtype: DType, a, b):
+    part = dtype.part.np.type
+    with np.errstate(all="ignore"):
+        re, im = complex_parts(op, part(a.real), part(a.imag), part(b.real), part(b.imag))
+    return dtype.np.type(complex(float(re), float(im)))
+
+
 def _bool_binary(op: str, a: bool, b: bool) -> bool:
     # max is "or" and min is "and" on bools, as for the CPU's unsigned i1 and the CUDA renderer.
     ops = {"and": a and b, "or": a or b, "max": a or b, "min": a and b}
@@ -135,6 +175,8 @@ def binary(op: str, dtype: DType, a, b):
     """``op`` on two values of ``dtype``: the arithmetic of ``Binary`` and of ``Reduce`` combines."""
     if dtype.is_bool:
         return _bool_binary(op, a, b)
+    if dtype.is_complex:
+        return _complex_binary(op, dtype, a, b)
     if dtype.is_float:
         return _float_binary(op, dtype, a, b)
     return _int_binary(op, dtype, a, b)
@@ -144,6 +186,13 @@ def cast(value, src: DType, dst: DType):
     """``Cast``: the conversions of the renderers (see the module docstring)."""
     if src == dst:
         return value
+    if dst.is_complex:
+        # Part by part between complex dtypes; a real value is the real part, the other is 0.
+        if src.is_complex:
+            return dst.np.type(value)
+        return dst.np.type(complex(float(cast(value, src, dst.part)), 0.0))
+    if src.is_complex:
+        raise EvaluationError(f"a cast of {src} to {dst}: complex values convert only to complex")
     if dst.is_bool:
         return bool(value != 0)
     if src.is_bool:

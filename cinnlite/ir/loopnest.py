@@ -157,6 +157,8 @@ def as_expr(value, dtype: DType = int64) -> Expr:
 def const(value, dtype: DType = int64) -> Const:
     if dtype.is_bool:
         value = bool(value)
+    elif dtype.is_complex:
+        value = complex(value)
     elif dtype.is_float:
         value = float(value)
     else:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..dtypes import bfloat16, bool_, float16, float32, float64, int64, uint64
+from ..dtypes import bfloat16, bool_, complex64, complex128, float16, float32, float64, int64, uint64
 from ..errors import CompileError
 from .graph import Node, Program
 from .loopnest import (Binary, Buffer, Cast, Cmp, Const, Expr, If, IndexCheck, Kernel, Load,
@@ -29,7 +29,7 @@ from .transform import buffers_of, flat_position, loop_nest, walk_expr
 #: The type a scatter's ``reduce="mean"`` sums data in (SEMANTICS.md): every other integer dtype
 #: sums in int64; uint64 in uint64 (wrapping around), where its values fit.
 MEAN_SUM_DTYPES = {float16.name: float32, bfloat16.name: float32, float32.name: float64, float64.name: float64,
-                   uint64.name: uint64}
+                   uint64.name: uint64, complex64.name: complex128, complex128.name: complex128}
 #: The type a scatter's ``reduce="add"``/``"mul"`` (and ``"sub"``) combines data in, where it is
 #: not the data dtype: bfloat16 accumulates in float32 and is rounded once at the end (PyTorch).
 ACCUMULATE_DTYPES = {bfloat16.name: float32}
@@ -291,8 +291,12 @@ def combine_of(reduce: str, value):
     difference adds the negated update (exact: ``x - u == x + (-u)``, wrapping alike on
     integers); on bool, add and max are a logical or, mul and min a logical and (PyTorch)."""
     if reduce == "sub":
-        negated = Binary("mul", value, const(-1.0, value.dtype)) if value.dtype.is_float \
-            else Binary("sub", const(0, value.dtype), value)
+        if value.dtype.is_float:
+            negated = Binary("mul", value, const(-1.0, value.dtype))
+        elif value.dtype.is_complex:  # (-0 - 0j) - u negates both parts exactly, signs of zero too
+            negated = Binary("sub", const(complex(-0.0, -0.0), value.dtype), value)
+        else:
+            negated = Binary("sub", const(0, value.dtype), value)
         return "add", negated
     if value.dtype.is_bool:
         return {"add": "max", "mul": "min"}.get(reduce, reduce), value
@@ -348,6 +352,8 @@ def mean_stages(x, out, init_vars, finish_vars, target, value, update_nest, incl
     # Integers: the floor of the quotient (PyTorch's integer scatter mean), which is no larger
     # in magnitude than the sum, so it fits back. Floats: the float64 quotient, rounded once
     # more to the data dtype. uint64 divides in uint64 (its quotient is the floor already).
+    # Complex: the complex128 sum divided by the count as numpy divides it (a complex division
+    # by count + 0j), rounded once more.
     divide_in = float64 if out.dtype.is_float else wide
     # Without x an untouched target counts 0: divide by 1 there (its quotient is not used, but
     # an integer division by zero would trap before the select picks x).

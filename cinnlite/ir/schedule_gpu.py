@@ -10,14 +10,16 @@ three ways:
   target separates the targets (two updates with different values of it never touch one
   element), so those loops run in parallel and the others serially inside each thread, in
   row-major order, exactly as on the CPU: no atomics, no scratch buffer, deterministic, and the
-  last update wins. Chosen when each thread's serial chain is short, and always for float
+  last update wins. Chosen when each thread's serial chain is short, always for a complex
+  ``mul`` (no atomic can multiply both parts at once), and always for float and complex
   reductions with ``deterministic=True``.
 - **winner** (:func:`scatter_last_write_wins`), for ``reduce="none"`` otherwise: every target
   element gets a winner, the largest row-major position of the updates that hit it (an atomic
   max over all updates in parallel), and then only the winner writes.
 - **atomic**, for ``add``/``mul``/``max``/``min`` otherwise: the ``Reduce`` stays, and the
-  renderer makes it an atomic update. Integer results do not depend on the order; float ones
-  may, which is what ``deterministic=True`` is for.
+  renderer makes it an atomic update (a complex add: one atomic add per part). Integer results
+  do not depend on the order; float and complex ones may, which is what ``deterministic=True``
+  is for.
 
 Symbolic sizes (``cinnlite.ir.symbolic``): a loop extent or a buffer size may be an int64
 expression over the symbol buffers, known only per call. The passes never need its value: a
@@ -208,6 +210,16 @@ def _ordered(kernel, stmt):
     return For(Var("g0"), const(1), nest, GRID)
 
 
+def _must_order(r: Reduce, always_floats: bool) -> bool:
+    """Whether ``r`` must run ordered: a complex multiply always (there is no atomic one: its
+    parts depend on each other), and with ``always_floats`` every float or complex reduction."""
+    if r.combine == "none":
+        return False
+    if r.buffer.dtype.is_complex and r.combine == "mul":
+        return True
+    return always_floats and (r.buffer.dtype.is_float or r.buffer.dtype.is_complex)
+
+
 def _order_nests(kernel: Kernel, always_floats: bool) -> Kernel:
     stmts, changed = [], False
     for stmt in top_level(kernel.body):
@@ -217,7 +229,7 @@ def _order_nests(kernel: Kernel, always_floats: bool) -> Kernel:
             continue
         owns, serial, _, _ = _split_update_nest(kernel, stmt)
         output_size = max(size_estimate(r.buffer.size) for r in reduces)
-        required = always_floats and any(r.buffer.dtype.is_float and r.combine != "none" for r in reduces)
+        required = any(_must_order(r, always_floats) for r in reduces)
         if required or prefer_ordered(_extent(owns), _extent(serial), output_size):
             stmts.append(_ordered(kernel, stmt))
             changed = True
@@ -233,8 +245,8 @@ def order_update_nests(kernel: Kernel) -> Kernel:
 
 
 def order_update_nests_deterministic(kernel: Kernel) -> Kernel:
-    """:func:`order_update_nests`, and every nest with a float reduction ordered too, so that
-    float results are bit-identical from run to run (and equal to the CPU's). A nest where no
+    """:func:`order_update_nests`, and every nest with a float or complex reduction ordered too,
+    so that such results are bit-identical from run to run (and equal to the CPU's). A nest where no
     loop separates the targets then runs on one thread. Integer reductions may stay atomic:
     wrap-around add and mul, max and min give the same bits in any order."""
     return _order_nests(kernel, always_floats=True)

@@ -11,6 +11,8 @@
 
 #define fmodf(a, b) __builtin_fmodf((a), (b))
 #define fmod(a, b) __builtin_fmod((a), (b))
+#define fabsf(a) __builtin_fabsf((a))
+#define fabs(a) __builtin_fabs((a))
 
 #define __global__
 #define __device__

@@ -69,6 +69,12 @@ def same(got, want, exact=True) -> str | None:
         return f"shape {got.shape}, expected {want.shape}"
     if got.dtype != want.dtype:
         return f"dtype {got.dtype}, expected {want.dtype}"
+    if got.dtype.kind == "c":  # part by part
+        for part in ("real", "imag"):
+            diff = same(np.ascontiguousarray(getattr(got, part)), np.ascontiguousarray(getattr(want, part)), exact)
+            if diff is not None:
+                return f"{part} parts: {diff}"
+        return None
     if got.dtype.kind == "f" or got.dtype.name == "bfloat16":
         g, w = got.astype(np.float64), want.astype(np.float64)
         both_nan = np.isnan(g) & np.isnan(w)

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 KINDS = ("take", "gather", "gather_nd", "gather_nd_dims", "scatter", "scatter_nd", "scatter_nd_dims")
 DATA_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "bfloat16",
-               "float32", "float64")
+               "float32", "float64", "complex64", "complex128")
 INDEX_DTYPES = ("int32", "int64", "int8", "int16", "uint8", "uint16", "uint32", "uint64")
 MODES = ("raise", "clip", "wrap", "fill")
 REDUCTIONS = ("none", "add", "mul", "max", "min", "mean")

@@ -39,6 +39,13 @@ def _data(rng, shape, dtype: str, kind: str) -> np.ndarray:
     dt = np.dtype(dtype)
     if dt == np.bool_:
         return rng.random(shape) < 0.5
+    if dt.kind == "c":
+        if kind == "factors":  # units and powers of two: products exact in any order
+            return rng.choice(np.array([1, -1, 1j, -1j, 2, 0.5j]), size=shape).astype(dt)
+        part = "float32" if dt == np.complex64 else "float64"
+        out = np.empty(shape, dt)
+        out.real, out.imag = _data(rng, shape, part, kind), _data(rng, shape, part, kind)
+        return out
     if dt.kind in "iu":
         if kind in ("small", "factors"):
             return small_signed(rng, shape, dt, -3, 3)
@@ -101,4 +108,5 @@ def fill_value_for(rng, dtype: str):
         info = np.iinfo(dt)
         choices = [0, 1, 7, int(info.max), int(info.min)]
         return choices[int(rng.integers(len(choices)))]  # Python ints: uint64's maximum stays exact
-    return float(rng.choice([0.0, -2.5, 1.0e3, np.inf, np.nan]))
+    value = float(rng.choice([0.0, -2.5, 1.0e3, np.inf, np.nan]))
+    return complex(value, float(rng.choice([0.0, 1.5, -np.inf]))) if dt.kind == "c" else value

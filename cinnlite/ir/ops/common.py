@@ -59,6 +59,9 @@ def check_reduce(op, reduce, dtype, allowed=REDUCTIONS):
     if dtype.is_bool and reduce in ("mean", "sub"):
         raise DTypeError(op, "bool data: reduce none/add/mul/max/min",
                          f"reduce={reduce!r} is not defined on bool data")
+    if dtype.is_complex and reduce in ("max", "min"):
+        raise DTypeError(op, "complex data: reduce none/add/mul/mean/sub",
+                         f"reduce={reduce!r} is not defined on {dtype} data: complex numbers are not ordered")
 
 
 def check_include_self(op, include_self, reduce) -> bool:
@@ -103,6 +106,13 @@ def check_scalar(op, name, value, dtype: DType):
         if not isinstance(value, (bool, int)) or value not in (0, 1):
             raise ValidationError(op, f"{name} fits the dtype", f"{name}={value!r} is not a bool")
         return bool(value)
+    if dtype.is_complex:
+        if not isinstance(value, (bool, int, float, complex)):
+            raise ValidationError(op, f"{name} fits the dtype", f"{name}={value!r} is not a number")
+        value = complex(value)
+        if any(math.isfinite(v) and abs(v) > float_max(dtype.part) for v in (value.real, value.imag)):
+            raise ValidationError(op, f"{name} fits the dtype", f"{name}={value!r} overflows {dtype}")
+        return value
     if dtype.is_float:
         if not isinstance(value, (bool, int, float)):
             raise ValidationError(op, f"{name} fits the dtype", f"{name}={value!r} is not a number")

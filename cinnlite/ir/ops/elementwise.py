@@ -2,7 +2,7 @@
 ``minimum``: same-dtype operands under numpy broadcasting (SEMANTICS.md).
 
 Integers wrap around; integer ``divide`` is numpy's floor division with ``x // 0 == 0``; bool
-operands are allowed in ``maximum`` and ``minimum`` only.
+operands are allowed in ``maximum`` and ``minimum`` only, complex ones in all but those two.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from .definition import NoAttrs, OpDef
 def divide(a, b):
     """Floats: IEEE division. Integers: floor division (numpy ``//``) with ``x // 0 == 0`` and
     ``MIN // -1 == MIN``, written so that no machine division can trap or be undefined."""
-    if a.dtype.is_float:
+    if a.dtype.is_float or a.dtype.is_complex:
         return Binary("div", a, b)
     t = a.dtype
     zero, one = const(0, t), const(1, t)
@@ -76,6 +76,9 @@ def _infer_binary(op):
         if a.dtype.is_bool and op not in ("maximum", "minimum"):
             raise DTypeError(op, "arithmetic on numbers", f"{op} is not defined on bool; cast to a number first",
                              input=a.name)
+        if a.dtype.is_complex and op in ("maximum", "minimum"):
+            raise DTypeError(op, "ordered operands", f"{op} is not defined on {a.dtype}: complex numbers are not "
+                             "ordered", input=a.name)
         return NoAttrs(), broadcast_shapes(op, a, b), a.dtype
     infer.__name__ = f"infer_{op}"
     return infer
