@@ -304,3 +304,20 @@ def test_power_of_two_indexed_axes_run_their_static_specialisation():
         np.testing.assert_array_equal(exe(x=xv, i=iv), xv[iv[:, 0], iv[:, 1]])
     served = {shapes[0][0]: plan.specialised is not None for shapes, plan in exe._shapes.by_shapes.items()}
     assert served == {8: True, 7: False, 16: True, 1: True}
+
+
+def test_a_generic_version_serves_only_the_sizes_it_left_symbolic(cache_dir):
+    """Two sizes of a structure that differ in one input make only that size a symbol; a third
+    size that differs in another input compiles its own program rather than reusing it."""
+    def prog(rows, n):
+        b = cl.NetBuilder("serves")
+        x = b.create_input(cl.Float(32), (rows, 2), "x")
+        i = b.create_input(cl.Int(64), (n,), "i")
+        return b.build([b.take(x, i, axis=0)])
+    cl.compile(prog(50, 3))
+    generic = cl.compile(prog(50, 5))
+    assert generic.symbolic and generic.program.inputs[0].shape == (50, 2)
+    other = cl.compile(prog(7, 5))
+    assert other is not generic
+    x = np.arange(14, dtype=np.float32).reshape(7, 2)
+    np.testing.assert_array_equal(other(x=x, i=np.array([6, 0, -1, 2, 3])), x[[6, 0, -1, 2, 3]])

@@ -98,6 +98,9 @@ class ShapePlans:
         if not self.symbolic:
             return False
         shapes = {t.name: t.shape for t in program.inputs}
+        declared = {t.name: t.shape for t in self.program.inputs}
+        if shapes.keys() != declared.keys() or not all(shape_matches(shapes[n], declared[n]) for n in shapes):
+            return False  # a number the generic program fixed differs
         try:
             bindings = self.bind(shapes)
         except InputError:
