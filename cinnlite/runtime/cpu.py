@@ -315,6 +315,7 @@ class CPUExecutable(Executable):
     entry (the lowered program, the stage texts and the machine code)."""
 
     target = "cpu"
+    specialises_power_of_two = True  # a mask vectorises where a clamp does not
 
     def __init__(self, program, lowered: LoweredProgram, lowered_text: str, built: CPUBuild, pass_dumps=(),
                  threads=None):

@@ -82,6 +82,9 @@ class Executable:
     the stage texts; this class owns the checks every call makes."""
 
     target = "?"
+    #: Whether calls of a symbolic program with a power-of-two indexed axis run a static
+    #: specialisation (see ``ShapePlans``): where the backend's static code is faster there.
+    specialises_power_of_two = False
     _store_entry = None  # writes this executable's cache entry, once compile() gives it one
 
     def __init__(self, program, lowered: LoweredProgram, sources: dict, lazy_sources: dict | None = None):
@@ -106,7 +109,7 @@ class Executable:
                        if b.name not in self._input_names and b.name not in self._consts and b.name not in symbols]
         self._pool = BufferPool()
         self._checks = {c.check_id: c for c in lowered.checks}
-        self._shapes = ShapePlans(program, lowered, self._alloc)
+        self._shapes = ShapePlans(program, lowered, self._alloc, self.specialises_power_of_two)
         self.symbolic = not program.is_static
 
     # -- stages ----------------------------------------------------------------------------------

@@ -67,7 +67,7 @@ class ShapePlan:
 class ShapePlans:
     """The plans of one executable (see the module docstring)."""
 
-    def __init__(self, program, lowered, allocs):
+    def __init__(self, program, lowered, allocs, power_of_two: bool = False):
         self.program = program
         self.allocs = allocs
         self.symbolic = not program.is_static
@@ -75,7 +75,9 @@ class ShapePlans:
         self.by_shapes: dict = {}
         self._lock = threading.Lock()
         self.static = None if self.symbolic else ShapePlan({}, {}, list(allocs))
-        self.masked = masked_axis_symbols(program) if self.symbolic else frozenset()
+        # Where static code is faster on power-of-two axes (the CPU's vector loops), those sizes
+        # run a static specialisation (``_power_of_two_axis``).
+        self.masked = masked_axis_symbols(program) if self.symbolic and power_of_two else frozenset()
         #: compiles a static program with the executable's options (set by ``compile``).
         self.compile_static = None
 
