@@ -34,7 +34,8 @@ def _resolved(step: Step, env, allow_negative: bool):
     inside = (raw >= -sizes) & (raw < sizes)
     mode = step.kwargs.get("mode", "raise")
     if mode == "clip":  # numpy's clip: negatives go to 0
-        return np.minimum(np.maximum(raw, 0), np.maximum(sizes - 1, 0)).astype(np.int64)
+        clipped = [min(max(int(v), 0), max(int(n) - 1, 0)) for v, n in zip(raw.ravel(), sizes.ravel())]
+        return np.array(clipped, np.int64).reshape(raw.shape)
     if inside.all():
         return (raw if allow_negative else np.where(raw < 0, raw + sizes, raw)).astype(np.int64)
     if mode in ("raise", "fill"):
