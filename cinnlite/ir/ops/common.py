@@ -180,6 +180,18 @@ def static_dim(op, what, d, input=None):
     return d
 
 
+def tuple_index_shape(op, index, layout):
+    """The rules of an index of tuples (``gather_nd``, ``scatter_nd``): a known layout, at least
+    one axis, and a tuple length that is a number; returns the shape with the tuple axis last."""
+    check_layout(op, layout)
+    if index.ndim < 1:
+        raise ValidationError(op, "rank(index) >= 1", "index must have at least one axis (the index tuples)",
+                              input=index.name)
+    shape = index_tuple_shape(index.shape, layout)
+    static_dim(op, "the index tuple length", shape[-1], index.name)
+    return shape
+
+
 def index_tuple_shape(idx_shape, layout):
     """The index shape with the tuple axis last, whatever the layout."""
     idx_shape = tuple(idx_shape)

@@ -11,8 +11,8 @@ from ...errors import ValidationError
 from ..loopnest import Kernel, Store
 from ..lower import (IndexValue, LoopVars, LoweringContext, buffer_of, gather_value, loop_nest, make_kernel,
                      tuple_load)
-from .common import (check_index_dtype, check_layout, check_mode, check_nonempty_axis, check_scalar,
-                     index_tuple_shape, int_attr, normalize_dims, static_dim)
+from .common import (check_index_dtype, check_mode, check_nonempty_axis, check_scalar, int_attr, normalize_dims,
+                     tuple_index_shape)
 from ..symbolic import dims_le, shapes_equal
 from .definition import OpDef
 
@@ -35,12 +35,7 @@ def infer_gather_nd(inputs, batch_dims, dims, index_layout, mode, fill_value):
     op = "gather_nd"
     check_index_dtype(op, idx, idx.name)
     check_mode(op, mode)
-    check_layout(op, index_layout)
-    if idx.ndim < 1:
-        raise ValidationError(op, "rank(index) >= 1", "index must have at least one axis (the index tuples)",
-                              input=idx.name)
-    ishape = index_tuple_shape(idx.shape, index_layout)
-    static_dim(op, "the index tuple length", ishape[-1], idx.name)
+    ishape = tuple_index_shape(op, idx, index_layout)
     b = int_attr(op, "batch_dims", batch_dims)
     fill_value = check_scalar(op, "fill_value", fill_value, x.dtype)
     if dims is not None:

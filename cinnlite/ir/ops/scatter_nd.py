@@ -11,8 +11,7 @@ from dataclasses import dataclass
 from ...errors import ValidationError
 from ..loopnest import Kernel, Load
 from ..lower import IndexValue, LoweringContext, buffer_of, scatter_kernel, tuple_load
-from .common import (ND_REDUCTIONS, check_layout, check_nonempty_axis, check_scatter_operands, index_tuple_shape,
-                     normalize_dims, static_dim)
+from .common import ND_REDUCTIONS, check_nonempty_axis, check_scatter_operands, normalize_dims, tuple_index_shape
 from ..symbolic import dims_le, shapes_equal
 from .definition import OpDef
 
@@ -33,12 +32,7 @@ def infer_scatter_nd(inputs, dims, reduce, index_layout, mode, include_self):
     x, idx, src = inputs
     op = "scatter_nd"
     include_self = check_scatter_operands(op, x, idx, src, mode, reduce, include_self, ND_REDUCTIONS)
-    check_layout(op, index_layout)
-    if idx.ndim < 1:
-        raise ValidationError(op, "rank(index) >= 1", "index must have at least one axis (the index tuples)",
-                              input=idx.name)
-    ishape = index_tuple_shape(idx.shape, index_layout)
-    static_dim(op, "the index tuple length", ishape[-1], idx.name)
+    ishape = tuple_index_shape(op, idx, index_layout)
     if dims is not None:
         dims = _check_element_form(x, idx, src, ishape, dims, mode)
     else:
