@@ -161,20 +161,19 @@ class ShapePlans:
         return self.compile_static(static)
 
 
-#: The operators whose indices address an axis of their first input, and where that axis is.
 def _indexed_axes(node) -> list:
+    """The sizes of the axes of ``x`` (the first input) that the node's index addresses."""
     attrs = dict(node.attrs)
     x = node.inputs[0]
     if node.op in ("take", "gather", "scatter"):
         return [x.shape[attrs["axis"]]]
-    if node.op in ("gather_nd", "scatter_nd"):
-        index = node.inputs[1]
-        m = index.shape[0 if attrs["index_layout"] == "first" else -1]
-        if attrs["dims"] is not None:
-            return [x.shape[d] for d in attrs["dims"]]
-        b = attrs.get("batch_dims", 0)
-        return list(x.shape[b:b + m]) if isinstance(m, int) else []
-    return []
+    if node.op not in ("gather_nd", "scatter_nd"):
+        return []
+    if attrs["dims"] is not None:
+        return [x.shape[d] for d in attrs["dims"]]
+    m = node.inputs[1].shape[0 if attrs["index_layout"] == "first" else -1]  # a number (tuple_index_shape)
+    b = attrs.get("batch_dims", 0)
+    return list(x.shape[b:b + m])
 
 
 def masked_axis_symbols(program) -> frozenset:
