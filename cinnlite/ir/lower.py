@@ -266,7 +266,7 @@ def scatter_kernel(ctx: LoweringContext, node: Node, attrs, update_space, make_u
         """The update loops around ``update``, which fill mode skips for a dropped index."""
         return loop_nest(u, update_space, If(logical_and(*valids), update) if valids else update)
 
-    include_self = getattr(attrs, "include_self", True)
+    include_self = attrs.include_self
     combine, combined = combine_of(attrs.reduce, value)
     wide = ACCUMULATE_DTYPES.get(out.dtype.name) if combine in ("add", "mul") else None
     if attrs.reduce == "mean":
