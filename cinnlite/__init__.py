@@ -16,6 +16,18 @@ from .ir.symbolic import Dim
 # `cinnlite --version` prints it and the compile cache keys on it.
 __version__ = "0.1.0"
 
+#: Layers over other libraries, imported when first used (``cl.dask``): ``import cinnlite`` never
+#: imports those libraries.
+_INTEROP = ("dask",)
+
+
+def __getattr__(name):
+    if name in _INTEROP:
+        import importlib
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module 'cinnlite' has no attribute {name!r}")
+
+
 __all__ = [
     "NetBuilder", "compile", "Program", "Tensor", "Dim", "DType", "Float", "BFloat16", "Complex", "Int", "UInt",
     "Bool", "as_dtype",
