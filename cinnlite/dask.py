@@ -191,21 +191,34 @@ def _bounds(chunks_of_axis) -> list:
 
 
 def _gather_part(spec, x_block, index_block, start, stop):
-    """The entries of one index chunk that one table chunk owns, gathered by the compiled node
-    (``mode="fill"`` for the others), and where they are."""
+    """The entries of one index chunk that one table chunk owns, gathered by the compiled node.
+
+    Where the output is the index's entries followed by slices of the table (take along axis 0,
+    gather_nd), only the owned entries are gathered and sent: ``(their flat positions, their
+    slices)``. Otherwise (gather, take along a later axis) the whole block is gathered with
+    ``mode="fill"`` for the entries of other chunks, and sent with the mask of the owned ones."""
     local = _routed(spec, index_block, start, stop)
     inside = (local[..., 0] if spec.tuples else local) < stop - start
-    values = run_node(spec.op, dict(spec.attrs, mode="fill"), x_block, local)
-    return inside.reshape(spec.mask_shape(inside.shape)), values
+    attrs = dict(spec.attrs, mode="fill")
+    if spec.compact:
+        flat = np.flatnonzero(inside.ravel())
+        rows = local.reshape((-1, local.shape[-1]) if spec.tuples else (-1,))[flat]
+        return flat, run_node(spec.op, attrs, x_block, rows)
+    return inside.reshape(spec.mask_shape(inside.shape)), run_node(spec.op, attrs, x_block, local)
 
 
-def _assemble(spec, parts, checked):
+def _assemble(spec, parts, checked, where):
     """One output block from its parts, in index order: every entry from the chunk that owns it,
     ``fill_value`` where none does."""
-    out = parts[0][1]
-    for inside, values in parts[1:]:
-        out = np.where(inside, values, out)
-    return out
+    if not spec.compact:
+        out = parts[0][1]
+        for inside, values in parts[1:]:
+            out = np.where(inside, values, out)
+        return out
+    out = np.full((int(np.prod(where.entries)),) + spec.trailing, spec.attrs["fill_value"], spec.dtype)
+    for flat, values in parts:
+        out[flat] = values
+    return out.reshape(tuple(where.entries) + spec.trailing)
 
 
 @dataclass(frozen=True)
@@ -282,7 +295,9 @@ def _gather_plan(node: Node, x, index, name: str):
     dsk = {}
     checked = _check_keys(dsk, name, index, size, node) if attrs["mode"] == "raise" else None
     spec = _Spec({"op": node.op, "attrs": attrs, "size": size, "mode": attrs["mode"], "tuples": tuples,
-                  "mask_shape": _MaskShape(lead, trail)})
+                  "mask_shape": _MaskShape(lead, trail), "compact": lead == 0 and node.op != "gather",
+                  "trailing": tuple(node.output.shape[len(node.output.shape) - trail:]) if trail else (),
+                  "dtype": np.dtype(node.output.dtype.np)})
     for block in blocks:
         parts = []
         for c, (start, stop) in enumerate(_bounds(x.chunks[axis])):
@@ -291,7 +306,8 @@ def _gather_plan(node: Node, x, index, name: str):
             dsk[key] = (_gather_part, spec, x_key, (index.name,) + block, start, stop)
             parts.append(key)
         out_block = (0,) * lead + (block[:-1] if tuples else block) + (0,) * trail
-        dsk[(name,) + out_block] = (_assemble, spec, parts, checked)
+        entries = tuple(c[b] for c, b in zip(index.chunks, block))[:index.ndim - 1 if tuples else index.ndim]
+        dsk[(name,) + out_block] = (_assemble, spec, parts, checked, _Spec({"entries": entries}))
     graph = HighLevelGraph.from_collections(name, dsk, dependencies=[x, index])
     return da.Array(graph, name, chunks=out_chunks, dtype=node.output.dtype.np)
 
