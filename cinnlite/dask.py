@@ -557,6 +557,11 @@ def run(program: Program, **inputs):
     if unknown:
         from .errors import InputError
         raise InputError(f"unknown input(s) {unknown} of program '{program.name}'")
+    for t in program.inputs:
+        shape = arrays[t.name].shape
+        if len(shape) != len(t.shape) or any(isinstance(d, int) and d != n for d, n in zip(t.shape, shape)):
+            from .errors import InputError
+            raise InputError(f"input '{t.name}' has shape {tuple(shape)}; the program takes {t.shape}")
     static = _static(program, arrays)
     for t in static.inputs:
         if np.dtype(arrays[t.name].dtype) != np.dtype(t.dtype.np):

@@ -261,3 +261,11 @@ def test_bad_inputs_are_clear_errors():
         cdask.run(p, x=np.zeros((10, 2), np.float32), i=np.zeros(5, np.int64))
     with pytest.raises(cl.InputError):
         cdask.run(p, x=np.zeros((10, 2)), i=np.zeros(5, np.int64), j=1)
+    with pytest.raises(cl.InputError, match="shape"):
+        cdask.run(p, x=np.zeros((10, 3)), i=np.zeros(5, np.int64))
+    with pytest.raises(cl.InputError, match="shape"):
+        cdask.run(p, x=np.zeros((10, 2)), i=np.zeros((5, 1), np.int64))
+    b = cl.NetBuilder("g")
+    b.gather(b.create_input("float64", ("N", "F"), "x"), b.create_input("int64", ("M", "G"), "i"))
+    with pytest.raises(cl.ValidationError, match="index.shape"):  # a rule the sizes break: the operator's error
+        cdask.run(b.build(), x=np.zeros((10, 2)), i=np.zeros((4, 3), np.int64))
