@@ -354,37 +354,48 @@ def _global_positions(shape, offsets, full_shape) -> np.ndarray:
     return np.ravel_multi_index(tuple(g + o for g, o in zip(grids, offsets)), full_shape).astype(np.int64)
 
 
-def _per_update(spec, index_block, src_block, values) -> np.ndarray:
+def _per_update(spec, index_block, src_shape, values) -> np.ndarray:
     """``values`` (one per index entry) laid out like ``src``: the nd operators' updates are
     slices, each entry's value repeated over its slice."""
     if not spec.tuples:
         return values
     lead = index_block.shape[:-1]
-    return np.ascontiguousarray(np.broadcast_to(values.reshape(lead + (1,) * (src_block.ndim - len(lead))),
-                                                src_block.shape))
+    return np.ascontiguousarray(np.broadcast_to(values.reshape(lead + (1,) * (len(src_shape) - len(lead))),
+                                                src_shape))
 
 
-def _scatter_part(spec, index_block, src_block, start, stop, where):
+def _scatter_part(spec, index_block, sources, start, stop, where):
     """One update chunk's partial result for one destination chunk: for ``none`` the values and
     the global position of the update that wrote each element, for ``mean`` a sum and a count,
-    otherwise the reduction of the chunk's updates (and a count where ``include_self=False``)."""
+    otherwise the reduction of the chunk's updates (and a count where ``include_self=False``).
+    ``sources`` is the update block, or the blocks a fused chain computes it from."""
     local = _routed(spec, index_block, start, stop)
     shape, entries = where.shape, index_block.shape[:-1] if spec.tuples else index_block.shape
+    src_shape = sources[0].shape if spec.chain is None else (index_block.shape[0],) + spec.chain.src_trailing
     if spec.reduce == "none":
-        values = _local_scatter(spec, "none", np.zeros(shape, spec.dtype), local, src_block)
+        values = _updates_into(spec, "none", np.zeros(shape, spec.dtype), local, sources)
         positions = _global_positions(entries, where.offsets, where.full_shape)
         stamps = _local_scatter(spec, "max", np.full(shape, -1, np.int64), local,
-                                _per_update(spec, index_block, src_block, positions))
+                                _per_update(spec, index_block, src_shape, positions))
         return values, stamps
     counts = None
     if spec.reduce == "mean" or not spec.include_self:
-        ones = _per_update(spec, index_block, src_block, np.ones(entries, np.int64))
+        ones = _per_update(spec, index_block, src_shape, np.ones(entries, np.int64))
         counts = _local_scatter(spec, "add", np.zeros(shape, np.int64), local, ones)
     if spec.reduce == "mean":
-        acc = _accumulator(spec.dtype)
-        return _local_scatter(spec, "add", np.zeros(shape, acc), local, src_block.astype(acc)), counts
+        return _updates_into(spec, "add", np.zeros(shape, _accumulator(spec.dtype)), local, sources), counts
     identity = np.full(shape, _identity(spec.reduce, spec.dtype), spec.dtype)
-    return _local_scatter(spec, spec.reduce, identity, local, src_block), counts
+    return _updates_into(spec, spec.reduce, identity, local, sources), counts
+
+
+def _updates_into(spec, reduce: str, init, local, sources):
+    """The updates scattered into ``init`` (whose dtype they are cast to): by the node itself, or
+    by one compiled program of the fused chain that computes them and the scatter."""
+    if spec.chain is None:
+        return _local_scatter(spec, reduce, init, local, sources[0].astype(init.dtype, copy=False))
+    arrays = [init, local, *sources]
+    exe = spec.chain.executable(reduce, [a.dtype for a in arrays])
+    return exe(**{f"in{k}": np.ascontiguousarray(a) for k, a in enumerate(arrays)})
 
 
 def _combine(spec, parts):
@@ -434,12 +445,94 @@ def _tree(dsk, name, parts: list, spec) -> tuple:
     return parts[0]
 
 
-def _scatter_plan(node: Node, x, index, src, name: str):
+@dataclass(frozen=True)
+class _FusedChain:
+    """A scatter together with the take/elementwise nodes that compute its updates and nothing
+    else (a message-passing step): per update block one compiled program gathers, computes and
+    scatters, and the updates are never materialised. ``leaves`` are the chain's operands:
+    ``rows`` ones split with the updates, ``whole`` ones (the gathered tables, broadcast
+    operands) sent whole to the tasks."""
+
+    nodes: tuple
+    scatter: Node
+    leaves: tuple  # ((tensor, "rows" | "whole"), ...)
+    src_trailing: tuple
+
+    def executable(self, reduce: str, dtypes):
+        key = ("fused", reduce, repr(self.nodes), repr(self.scatter), tuple(str(d) for d in dtypes))
+        exe = _EXECUTABLES.get(key)
+        if exe is None:
+            exe = _EXECUTABLES.setdefault(key, _compile(self._program(reduce, dtypes[0]), target="cpu"))
+        return exe
+
+    def _program(self, reduce: str, init_dtype):
+        """init, routed index, leaves -> the chain, then the scatter into init: every row count
+        a symbol, so one compile serves every block."""
+        b = NetBuilder("dask_fused")
+        x, index = self.scatter.inputs[:2]
+        init = b.create_input(init_dtype, ("P",) + tuple(x.shape[1:]), "in0")
+        local = b.create_input("int64", ("E",) + tuple(index.shape[1:]), "in1")
+        env = {}
+        for k, (t, kind) in enumerate(self.leaves):
+            shape = ("E",) + tuple(t.shape[1:]) if kind == "rows" else tuple(t.shape)
+            env[t.name] = b.create_input(t.dtype, shape, f"in{k + 2}")
+        for node in self.nodes:
+            attrs = node.attr_dict
+            if node.op == "take" and attrs["mode"] == "raise":
+                attrs["mode"] = "clip"  # checked over the whole index first, by the plan's check task
+            env[node.output.name] = b._add(node.op, [env[t.name] for t in node.inputs], None, **attrs)
+        src = env[self.scatter.inputs[2].name]
+        if np.dtype(src.dtype.np) != np.dtype(init_dtype):
+            src = b.cast(src, init_dtype)
+        attrs = dict(self.scatter.attr_dict, reduce=reduce, mode="fill", include_self=True)
+        return b.build([b._add(self.scatter.op, [init, local, src], "out", **attrs)])
+
+
+def fused_chain(scatter: Node, producers: dict, consumers: dict) -> _FusedChain | None:
+    """The chain of take/elementwise nodes that only feed ``scatter``'s updates, if it holds a
+    gather and its row-wise operands line up with the updates; else None."""
+    index, src = scatter.inputs[1], scatter.inputs[2]
+    rows = index.shape[0] if index.ndim else None
+    routable_axis = scatter.op == "scatter_nd" or scatter.attr_dict.get("axis") == 0
+    if not routable_axis or rows is None or src.ndim == 0 or src.shape[0] != rows \
+            or (scatter.op == "scatter" and tuple(src.shape) != tuple(index.shape)):
+        return None
+    nodes, leaves = [], {}
+
+    def visit(t, role):
+        node = producers.get(t.name)
+        inner = node is not None and consumers.get(t.name) == 1 and (
+            node.op in BLOCKWISE or (node.op == "take" and node.attr_dict["axis"] == 0
+                                     and node.attr_dict["batch_dims"] == 0 and node.inputs[1].ndim == 1))
+        if not inner or role in ("whole", "index"):
+            kind = "rows" if role != "whole" and t.ndim and t.shape[0] == rows and rows != 1 else "whole"
+            leaves.setdefault(t.name, (t, kind))
+            return
+        if node.op == "take":
+            visit(node.inputs[0], "whole")
+            visit(node.inputs[1], "index")  # a leaf: the plan checks it whole
+        else:
+            for operand in node.inputs:
+                visit(operand, "rows" if operand.ndim == src.ndim else "whole")
+        nodes.append(node)
+
+    visit(src, "rows")
+    if not any(n.op == "take" for n in nodes):
+        return None
+    order = {id(n): k for k, n in enumerate(producers.values())}
+    nodes = tuple(sorted(nodes, key=lambda n: order[id(n)]))
+    return _FusedChain(nodes, scatter, tuple(leaves.values()), tuple(src.shape[1:]))
+
+
+def _scatter_plan(node: Node, x, index, src, name: str, chain: _FusedChain | None = None, env=None):
     """scatter / scatter_nd with the destination chunked along the scattered axis (axis 0 for
-    scatter_nd)."""
+    scatter_nd); with ``chain``, its updates computed in the same compiled program from the
+    chain's leaves (``env``: the dask arrays by tensor name)."""
     da, HighLevelGraph = _dask_array()
     attrs = node.attr_dict
     axis, tuples, size, x, index = _routing(node, x, index)
+    if chain is not None:
+        return _fused_scatter_plan(node, x, index, name, chain, env, axis, tuples, size)
     if tuples:
         entries = index.chunks[:-1]
         src = src.rechunk(entries + tuple((n,) for n in src.shape[len(entries):]))
@@ -454,7 +547,8 @@ def _scatter_plan(node: Node, x, index, src, name: str):
     dsk = {}
     checked = _check_keys(dsk, name, index, size, node) if attrs["mode"] == "raise" else None
     spec = _Spec({"op": node.op, "attrs": attrs, "reduce": attrs["reduce"], "mode": attrs["mode"], "size": size,
-                  "tuples": tuples, "include_self": attrs["include_self"], "dtype": np.dtype(node.output.dtype.np)})
+                  "tuples": tuples, "include_self": attrs["include_self"], "dtype": np.dtype(node.output.dtype.np),
+                  "chain": None})
     for d, (start, stop) in enumerate(_bounds(x.chunks[axis])):
         block_shape = tuple(stop - start if j == axis else x.shape[j] for j in range(x.ndim))
         parts = []
@@ -462,12 +556,52 @@ def _scatter_plan(node: Node, x, index, src, name: str):
             offsets = _block_offsets(index.chunks, block)[:len(full_shape)]
             where = _Spec({"shape": block_shape, "offsets": offsets, "full_shape": full_shape})
             key = (f"{name}-part", d) + block
-            dsk[key] = (_scatter_part, spec, (index.name,) + block, src_key(block), start, stop, where)
+            dsk[key] = (_scatter_part, spec, (index.name,) + block, [src_key(block)], start, stop, where)
             parts.append(key)
         root = _tree(dsk, f"{name}-{d}", parts, spec)
         x_key = (x.name,) + tuple(d if j == axis else 0 for j in range(x.ndim))
         dsk[(name,) + x_key[1:]] = (_finish, spec, x_key, root, checked)
     graph = HighLevelGraph.from_collections(name, dsk, dependencies=[x, index, src])
+    return da.Array(graph, name, chunks=x.chunks, dtype=node.output.dtype.np)
+
+
+def _fused_scatter_plan(node, x, index, name, chain, env, axis, tuples, size):
+    """The scatter plan of a fused chain: the row-wise leaves split with the index's entries,
+    the others whole; the chain's raise-mode takes checked over their whole index."""
+    da, HighLevelGraph = _dask_array()
+    attrs = node.attr_dict
+    entry_chunks = index.chunks[0]
+    index = index.rechunk({0: entry_chunks})
+    leaves = []
+    for t, kind in chain.leaves:
+        a = env[t.name]
+        leaves.append((a.rechunk((entry_chunks,) + tuple((n,) for n in a.shape[1:])) if kind == "rows"
+                       else a.rechunk(-1), kind))
+    dsk = {}
+    checks = [_check_keys(dsk, name, index, size, node)] if attrs["mode"] == "raise" else []
+    for k, n in enumerate(chain.nodes):
+        if n.op == "take" and n.attr_dict["mode"] == "raise":
+            leaf = dict((t.name, a) for (t, _), (a, _) in zip(chain.leaves, leaves))[n.inputs[1].name]
+            checks.append(_check_keys(dsk, f"{name}-take{k}", leaf, n.inputs[0].shape[0], n))
+    spec = _Spec({"op": node.op, "attrs": attrs, "reduce": attrs["reduce"], "mode": attrs["mode"], "size": size,
+                  "tuples": tuples, "include_self": attrs["include_self"], "dtype": np.dtype(node.output.dtype.np),
+                  "chain": chain})
+    full_shape = index.shape[:-1] if tuples else index.shape
+    for d, (start, stop) in enumerate(_bounds(x.chunks[axis])):
+        block_shape = tuple(stop - start if j == axis else x.shape[j] for j in range(x.ndim))
+        parts = []
+        for e in range(len(entry_chunks)):
+            block = (e,) + (0,) * (index.ndim - 1)
+            sources = [(a.name, e if kind == "rows" else 0) + (0,) * (a.ndim - 1) for a, kind in leaves]
+            where = _Spec({"shape": block_shape, "offsets": _block_offsets(index.chunks, block)[:len(full_shape)],
+                           "full_shape": full_shape})
+            key = (f"{name}-part", d, e)
+            dsk[key] = (_scatter_part, spec, (index.name,) + block, sources, start, stop, where)
+            parts.append(key)
+        root = _tree(dsk, f"{name}-{d}", parts, spec)
+        x_key = (x.name,) + tuple(d if j == axis else 0 for j in range(x.ndim))
+        dsk[(name,) + x_key[1:]] = (_finish, spec, x_key, root, checks)
+    graph = HighLevelGraph.from_collections(name, dsk, dependencies=[x, index] + [a for a, _ in leaves])
     return da.Array(graph, name, chunks=x.chunks, dtype=node.output.dtype.np)
 
 
@@ -541,6 +675,25 @@ def _static(program: Program, arrays: dict) -> Program:
     return rebuild(program, {t.name: tuple(arrays[t.name].shape) for t in program.inputs}, bindings)
 
 
+def _fused_chains(program: Program) -> dict:
+    """Every routable scatter whose updates a take/elementwise chain computes: its chain, by
+    ``id`` of the scatter node."""
+    producers = {n.output.name: n for n in program.nodes}
+    consumers: dict = {}
+    for n in program.nodes:
+        for t in n.inputs:
+            consumers[t.name] = consumers.get(t.name, 0) + 1
+    for t in program.outputs:
+        consumers[t.name] = consumers.get(t.name, 0) + 1
+    chains = {}
+    for n in program.nodes:
+        if n.op == "scatter" or (n.op == "scatter_nd" and _nd_routable(n)):
+            chain = fused_chain(n, producers, consumers)
+            if chain is not None:
+                chains[id(n)] = chain
+    return chains
+
+
 def run(program: Program, **inputs):
     """``program`` over dask arrays (numpy arrays are one chunk): its outputs as lazily built dask
     arrays, one for each output (a single one unwrapped), computed by the caller's scheduler."""
@@ -569,8 +722,16 @@ def run(program: Program, **inputs):
             raise InputTypeError(f"input '{t.name}' has dtype {arrays[t.name].dtype}; the program takes {t.dtype}")
     env = dict(arrays)
     token = dask.base.tokenize(str(static), *[a.name for a in arrays.values()])
+    chains = _fused_chains(static)
+    inner = {id(n) for chain in chains.values() for n in chain.nodes}
     for k, node in enumerate(static.nodes):
-        operands = [env[t.name] for t in node.inputs]
-        env[node.output.name] = _plan(node, operands, f"cinnlite-{node.op}-{k}-{token}")
+        if id(node) in inner:
+            continue  # computed inside its scatter's tasks
+        operands = [env.get(t.name) for t in node.inputs]  # a fused chain's updates are in no array
+        name = f"cinnlite-{node.op}-{k}-{token}"
+        if id(node) in chains:
+            env[node.output.name] = _scatter_plan(node, *operands, name, chain=chains[id(node)], env=env)
+        else:
+            env[node.output.name] = _plan(node, operands, name)
     outs = [env[t.name] for t in static.outputs]
     return outs[0] if len(outs) == 1 else tuple(outs)

@@ -269,3 +269,69 @@ def test_bad_inputs_are_clear_errors():
     b.gather(b.create_input("float64", ("N", "F"), "x"), b.create_input("int64", ("M", "G"), "i"))
     with pytest.raises(cl.ValidationError, match="index.shape"):  # a rule the sizes break: the operator's error
         cdask.run(b.build(), x=np.zeros((10, 2)), i=np.zeros((4, 3), np.int64))
+
+
+def _message_passing(reduce="add", take_mode="raise", weights=("E", 1), nd=True, outputs_messages=False):
+    b = cl.NetBuilder("mp")
+    x = b.create_input("float64", ("N", 6), "x")
+    src = b.create_input("int64", ("E",), "src")
+    w = b.create_input("float64", weights, "w")
+    msg = b.multiply(b.take(x, src, mode=take_mode), w)
+    zeros = b.fill_constant(("N", 6), 0.0, "float64")
+    if nd:
+        out = b.scatter_nd(zeros, b.create_input("int64", ("E", 1), "dst"), msg, reduce=reduce)
+    else:
+        out = b.scatter(zeros, b.create_input("int64", ("E", 6), "dst"), msg, reduce=reduce)
+    return b.build([out, msg] if outputs_messages else [out])
+
+
+def _mp_inputs(e=400, n=50, weights=(400, 1), nd=True):
+    x = RNG.standard_normal((n, 6))
+    src = RNG.integers(0, n, e)
+    dst = RNG.integers(0, n, (e, 1)) if nd else np.repeat(RNG.integers(0, n, (e, 1)), 6, axis=1)
+    return {"x": x, "src": src, "w": RNG.standard_normal(weights), "dst": dst}
+
+
+def _chunks(arrays, rows=64):
+    return {k: _chunked(v, (13, 6) if k == "x" else (rows,) + v.shape[1:]) for k, v in arrays.items()}
+
+
+@pytest.mark.parametrize("reduce", REDUCTIONS)
+@pytest.mark.parametrize("nd", [True, False])
+def test_fused_message_passing_equals_the_program(client, reduce, nd):
+    """gather -> multiply -> scatter runs as one compiled program per update block: the messages
+    are never an array of the graph, and the result is the one-machine program's."""
+    p = _message_passing(reduce, nd=nd)
+    arrays = _mp_inputs(nd=nd)
+    out = cdask.run(p, **_chunks(arrays))
+    assert not any("cinnlite-take" in str(k) or "cinnlite-multiply" in str(k) for k in out.__dask_graph__())
+    np.testing.assert_allclose(out.compute(), cl.compile(p)(**arrays), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("take_mode", ["wrap", "clip", "fill"])
+def test_fused_chain_keeps_the_take_mode_and_broadcast_operands(client, take_mode):
+    p = _message_passing("add", take_mode=take_mode, weights=(6,))
+    arrays = _mp_inputs(weights=(6,))
+    arrays["src"] = RNG.integers(-80, 80, 400)
+    out = cdask.run(p, **_chunks(arrays))
+    np.testing.assert_allclose(out.compute(), cl.compile(p)(**arrays), rtol=1e-12)
+
+
+def test_fused_chain_reports_a_bad_gather_index_globally(client):
+    p = _message_passing("add")
+    arrays = _mp_inputs()
+    arrays["src"][301] = 50
+    with pytest.raises(cl.IndexOutOfRangeError) as want:
+        cl.compile(p)(**arrays)
+    with pytest.raises(cl.IndexOutOfRangeError) as got:
+        cdask.run(p, **_chunks(arrays)).compute()
+    assert str(got.value) == str(want.value) and got.value.position == (301,)
+
+
+def test_messages_that_are_also_an_output_are_not_fused(client):
+    p = _message_passing("add", outputs_messages=True)
+    arrays = _mp_inputs()
+    out, msg = cdask.run(p, **_chunks(arrays))
+    want_out, want_msg = cl.compile(p)(**arrays)
+    np.testing.assert_allclose(out.compute(), want_out, rtol=1e-12)
+    np.testing.assert_array_equal(msg.compute(), want_msg)
