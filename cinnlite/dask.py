@@ -32,6 +32,7 @@ chunk sizes that differ share one shape-generic program after the second size.
 """
 from __future__ import annotations
 
+import functools
 import itertools
 from dataclasses import dataclass
 from functools import reduce as fold
@@ -488,7 +489,7 @@ class _FusedChain:
         return b.build([b._add(self.scatter.op, [init, local, src], "out", **attrs)])
 
 
-def fused_chain(scatter: Node, producers: dict, consumers: dict) -> _FusedChain | None:
+def _fused_chain(scatter: Node, producers: dict, consumers: dict) -> _FusedChain | None:
     """The chain of take/elementwise nodes that only feed ``scatter``'s updates, if it holds a
     gather and its row-wise operands line up with the updates; else None."""
     index, src = scatter.inputs[1], scatter.inputs[2]
@@ -611,11 +612,12 @@ def _fused_scatter_plan(node, x, index, name, chain, env, axis, tuples, size):
 def _blockwise_plan(node: Node, operands, name: str):
     """An elementwise node block by block (operands broadcast as numpy does)."""
     da, _ = _dask_array()
-    return da.map_blocks(_run_block, *operands, dtype=node.output.dtype.np, name=name,
-                         spec=_Spec({"op": node.op, "attrs": node.attr_dict}))
+    spec = _Spec({"op": node.op, "attrs": node.attr_dict})
+    return da.map_blocks(functools.partial(_run_spec, spec), *operands, dtype=node.output.dtype.np, name=name)
 
 
-def _run_block(*blocks, spec):
+def _run_spec(spec, *blocks):
+    """A task: the node ``spec`` names, on its operand blocks."""
     return run_node(spec.op, spec.attrs, *blocks)
 
 
@@ -625,13 +627,9 @@ def _one_block_plan(node: Node, operands, name: str):
     whole = [a.rechunk(-1) for a in operands]
     spec = _Spec({"op": node.op, "attrs": node.attr_dict})
     keys = [(a.name,) + (0,) * a.ndim for a in whole]
-    dsk = {(name,) + (0,) * node.output.ndim: (_run_keys, spec, *keys)}
+    dsk = {(name,) + (0,) * node.output.ndim: (_run_spec, spec, *keys)}
     graph = HighLevelGraph.from_collections(name, dsk, dependencies=whole)
     return da.Array(graph, name, chunks=tuple((n,) for n in node.output.shape), dtype=node.output.dtype.np)
-
-
-def _run_keys(spec, *blocks):
-    return run_node(spec.op, spec.attrs, *blocks)
 
 
 def _plan(node: Node, operands: list, name: str):
@@ -655,7 +653,7 @@ def _plan(node: Node, operands: list, name: str):
 # -- the entry point -------------------------------------------------------------------------------
 
 
-def _as_dask(value, name: str):
+def _as_dask(value):
     da, _ = _dask_array()
     if isinstance(value, da.Array):
         return value
@@ -688,7 +686,7 @@ def _fused_chains(program: Program) -> dict:
     chains = {}
     for n in program.nodes:
         if n.op == "scatter" or (n.op == "scatter_nd" and _nd_routable(n)):
-            chain = fused_chain(n, producers, consumers)
+            chain = _fused_chain(n, producers, consumers)
             if chain is not None:
                 chains[id(n)] = chain
     return chains
@@ -705,7 +703,7 @@ def run(program: Program, **inputs):
         if t.name not in inputs:
             from .errors import InputError
             raise InputError(f"missing input '{t.name}' of program '{program.name}'")
-        arrays[t.name] = _as_dask(inputs[t.name], t.name)
+        arrays[t.name] = _as_dask(inputs[t.name])
     unknown = sorted(set(inputs) - set(arrays))
     if unknown:
         from .errors import InputError
