@@ -339,15 +339,15 @@ def mean_stages(x, out, init_vars, finish_vars, target, value, update_nest, incl
     The sum accumulates in a kernel temp of :data:`MEAN_SUM_DTYPES` (int64 wrapping around
     for integers, uint64 for uint64), so that neither a float16 sum that stops growing nor an int8 sum that
     wraps spoils the quotient; the count is int64. The last stage writes every element:
-    the quotient where an update landed, x elsewhere. Without ``include_self`` the sum of a
-    target that updates land on starts from 0 and x is not counted."""
+    the quotient where an update landed, x elsewhere. Without ``include_self`` every sum starts
+    from 0 and x is not counted, so no pass over the updates has to reset their targets."""
     wide = MEAN_SUM_DTYPES.get(out.dtype.name, int64)
     total = Buffer(f"{out.name}__sum", wide, out.shape)
     count = Buffer(f"{out.name}__count", int64, out.shape)
     z, f = tuple(init_vars), tuple(finish_vars)
-    init = loop_nest(z, out.shape, Seq((Store(total, z, Cast(wide, Load(x, z))), Store(count, z, const(0)))))
+    start = Cast(wide, Load(x, z)) if include_self else const(0, wide)
+    init = loop_nest(z, out.shape, Seq((Store(total, z, start), Store(count, z, const(0)))))
     update = Seq((Reduce(total, target, Cast(wide, value), "add"), Reduce(count, target, const(1), "add")))
-    reset = () if include_self else (update_nest(Store(total, target, const(0, wide))),)
     n = Load(count, f)
     # Integers: the floor of the quotient (PyTorch's integer scatter mean), which is no larger
     # in magnitude than the sum, so it fits back. Floats: the float64 quotient, rounded once
@@ -367,7 +367,7 @@ def mean_stages(x, out, init_vars, finish_vars, target, value, update_nest, incl
         quotient = Select(Cmp("lt", remainder, const(0)), Binary("sub", quotient, const(1)), quotient)
     mean = Select(Cmp("gt", n, const(0)), Cast(out.dtype, quotient), Load(x, f))
     finish = loop_nest(f, out.shape, Store(out, f, mean))
-    return (total, count), (init,) + reset + (update_nest(update), finish)
+    return (total, count), (init, update_nest(update), finish)
 
 
 # -- programs --------------------------------------------------------------------------------------

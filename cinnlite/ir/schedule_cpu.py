@@ -18,7 +18,8 @@ from .loopnest import (Binary, Cmp, Const, FlagIndexError, For, If, Kernel, Let,
                        Seq, Store, Var, as_expr, dim_mul, let, logical_and)
 from .passes import RANGE_BEGIN, RANGE_END, simplify_expr
 from .symbolic import is_symbol_load
-from .transform import expr_vars, kernel_stages, loads_of, map_expr, stmt_exprs, walk_expr, walk_stmt
+from .transform import (expr_vars, kernel_stages, loads_of, map_expr, stmt_exprs, substitute, substitute_expr,
+                        walk_expr, walk_stmt)
 
 # -- schedule_cpu -------------------------------------------------------------------------------
 
@@ -53,6 +54,16 @@ def _guard_rows(nest: For, row):
     return visit(nest, frozenset())
 
 
+def _let_values(s) -> dict:
+    """Every variable the Lets of ``s`` bind, mapped to its value written without Let variables."""
+    values: dict = {}
+    for st in walk_stmt(s):
+        if isinstance(st, Let):
+            for var, value in st.bindings:
+                values[var] = substitute_expr(value, values)
+    return values
+
+
 def _schedule_stage(s):
     """Returns the stage with loops annotated. Compute nests: the outermost loop is
     ``parallel`` (chunks of it may run on different threads). Scatter update nests: when every
@@ -75,7 +86,10 @@ def _schedule_stage(s):
     reduces = [x for x in walk_stmt(s) if isinstance(x, Reduce)]
     if any(not r.indices for r in reduces):
         return s
-    rows = {r.indices[0] for r in reduces}
+    # Fusion may bind one index in several Lets (one per statement it inlines into): compare
+    # the rows by value.
+    values = _let_values(s)
+    rows = {substitute_expr(r.indices[0], values) for r in reduces}
     shapes = {r.buffer.shape[0] for r in reduces}
     if len(rows) != 1 or len(shapes) != 1:
         return s
@@ -140,8 +154,8 @@ def dim_sum(sizes):
 def _check_nest(stage):
     """``(index load, condition, check id)`` of a check nest ``for ..: if cond: report``."""
     s = stage
-    while isinstance(s, For):
-        s = s.body
+    while isinstance(s, (For, Let)):
+        s = s.body if isinstance(s, For) else substitute(s.body, _let_values(s))
     if not (isinstance(s, If) and s.orelse is None and isinstance(s.then, ReportIndexError)):
         return None
     # The sizes a symbolic bound reads are loop-invariant scalars, not a second index.
