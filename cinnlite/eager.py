@@ -16,6 +16,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from .runtime.executable import host_array
 from .api_types import IndexLayout, IndexMode, NdReduction, Reduction, Scalar, Target
 
 #: An array: numpy's, anything np.asarray takes, or a CPU array with __dlpack__ (a PyTorch tensor).
@@ -28,11 +29,8 @@ _LOCK = threading.Lock()
 def _as_array(value):
     """``value`` as a numpy array without a copy, and a function that gives a result back in
     the caller's kind."""
-    if isinstance(value, np.ndarray):
-        return value, None
-    if hasattr(value, "__dlpack__") and not isinstance(value, (list, tuple)):
-        return np.from_dlpack(value), _returner(value)
-    return np.asarray(value), None
+    arr = host_array(value, "an operand")
+    return arr, (None if arr is value or not hasattr(value, "__dlpack__") else _returner(value))
 
 
 def _returner(like):

@@ -77,6 +77,28 @@ class BufferPool:
         return arr if arr.dtype == dtype else arr.view(dtype)
 
 
+#: DLPack device types whose memory the host can read: the CPU, and CUDA's pinned host memory.
+_HOST_DEVICES = (1, 3)
+
+
+def host_array(value, name: str = "input") -> np.ndarray:
+    """``value`` as a numpy array: itself, the same memory for any array with ``__dlpack__`` on
+    the host (PyTorch, JAX, CuPy's pinned memory), or what ``np.asarray`` makes of it. Device
+    memory and arrays DLPack will not export are an InputError naming the input."""
+    if isinstance(value, np.ndarray):
+        return value
+    if hasattr(value, "__dlpack__") and not isinstance(value, (list, tuple)):
+        device = value.__dlpack_device__() if hasattr(value, "__dlpack_device__") else (1, 0)
+        if int(device[0]) not in _HOST_DEVICES:
+            raise InputError(f"{name} is in device memory (DLPack device {tuple(int(d) for d in device)}); "
+                             "the runtime reads host memory: move it to the CPU first")
+        try:
+            return np.from_dlpack(value)
+        except (BufferError, TypeError, RuntimeError, ValueError) as exc:
+            raise InputTypeError(f"{name}: DLPack does not export it: {exc}") from None
+    return np.asarray(value)
+
+
 class Executable:
     """A compiled program. Subclasses implement ``_run(arrays) -> {output name: array}`` and
     the stage texts; this class owns the checks every call makes."""
@@ -186,7 +208,7 @@ class Executable:
         arrays = {}
         for name, shape, dtype in self._inputs:
             value = kwargs[name]
-            arr = value if isinstance(value, np.ndarray) else np.asarray(value)
+            arr = host_array(value, f"input '{name}'")
             if arr.dtype != dtype and arr.dtype.newbyteorder("=") == dtype:
                 arr = arr.astype(dtype)  # the same values in the other byte order: a layout change
             if arr.dtype != dtype:
