@@ -74,7 +74,10 @@ def _program(operators=None):
             b.scatter_nd(x, b.reshape(i, (6, 1)), b.fill_constant((6, 3), 1.0, "float32"), reduce="add"),
             b.scatter_nd(x, b.reshape(i, (1, 2, 3)), b.fill_constant((2, 3), 1.0, "float32"), dims=[1],
                          index_layout="first", mode="fill")],
-        **{op: (lambda op=op: [getattr(b, op)(x, x)]) for op in ops.ELEMENTWISE_BINARY},
+        **{op: (lambda op=op: [getattr(b, op)(x, x)]) for op in ops.ELEMENTWISE_BINARY + tuple(ops.COMPARISONS)},
+        "where": lambda: [b.where(b.less(x, x), x, b.fill_constant((), 1.0, "float32"))],
+        "reduce_sum": lambda: [b.reduce_sum(x, axes=[-1], keepdims=True), b.reduce_sum(x)],
+        "iota": lambda: [b.iota((4, 3), "int32", axis=1)],
     }
     operators = sorted(ops.OPERATORS) if operators is None else operators
     assert set(operators) <= set(make), f"no node made for {sorted(set(operators) - set(make))}"

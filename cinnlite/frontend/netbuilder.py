@@ -107,6 +107,13 @@ class NetBuilder:
         """A tensor of ``shape`` whose every element is ``value``."""
         return self._add("fill_constant", [], name, shape=shape, value=value, dtype=dtype)
 
+    def iota(self, shape: ShapeLike, dtype: DTypeLike = "int64", axis: int | None = None,
+             name: str | None = None) -> Tensor:
+        """A tensor of ``shape`` whose every element is its row-major position, or with ``axis``
+        its coordinate along that axis (XLA's ``iota``); counted in int64 and converted to
+        ``dtype`` as ``cast`` converts."""
+        return self._add("iota", [], name, shape=shape, dtype=dtype, axis=axis)
+
     def constant(self, value: npt.ArrayLike, dtype: DTypeLike | None = None, name: str | None = None) -> Tensor:
         """A tensor holding a copy of a numpy array (or anything ``np.asarray`` takes)."""
         return self._add("constant", [], name, value=value, dtype=dtype)
@@ -228,6 +235,41 @@ class NetBuilder:
     def minimum(self, a: Tensor, b: Tensor, name: str | None = None) -> Tensor:
         """Elementwise minimum; a NaN in either operand gives NaN (numpy's ``minimum``)."""
         return self._binary("minimum", a, b, name)
+
+    def equal(self, a: Tensor, b: Tensor, name: str | None = None) -> Tensor:
+        """``a == b`` as bool (false where either is NaN)."""
+        return self._binary("equal", a, b, name)
+
+    def not_equal(self, a: Tensor, b: Tensor, name: str | None = None) -> Tensor:
+        """``a != b`` as bool (true where either is NaN)."""
+        return self._binary("not_equal", a, b, name)
+
+    def less(self, a: Tensor, b: Tensor, name: str | None = None) -> Tensor:
+        """``a < b`` as bool."""
+        return self._binary("less", a, b, name)
+
+    def less_equal(self, a: Tensor, b: Tensor, name: str | None = None) -> Tensor:
+        """``a <= b`` as bool."""
+        return self._binary("less_equal", a, b, name)
+
+    def greater(self, a: Tensor, b: Tensor, name: str | None = None) -> Tensor:
+        """``a > b`` as bool."""
+        return self._binary("greater", a, b, name)
+
+    def greater_equal(self, a: Tensor, b: Tensor, name: str | None = None) -> Tensor:
+        """``a >= b`` as bool."""
+        return self._binary("greater_equal", a, b, name)
+
+    def where(self, condition: Tensor, a: Tensor, b: Tensor, name: str | None = None) -> Tensor:
+        """``a`` where the bool ``condition`` holds, ``b`` elsewhere; the three broadcast
+        together (numpy's ``where``)."""
+        return self._add("where", [condition, a, b], name)
+
+    def reduce_sum(self, x: Tensor, axes: int | Sequence[int] | None = None, keepdims: bool = False,
+                   name: str | None = None) -> Tensor:
+        """The sum over ``axes`` (every axis when None), in x's dtype (integers wrap around);
+        ``keepdims`` keeps each reduced axis with size 1."""
+        return self._add("reduce_sum", [x], name, axes=axes, keepdims=keepdims)
 
     def cast(self, x: Tensor, dtype: DTypeLike, name: str | None = None) -> Tensor:
         """Convert to ``dtype`` like numpy's ``astype``. Float to integer truncates toward zero

@@ -52,15 +52,18 @@ from __future__ import annotations
 from .cast import CAST
 from .common import (INDEX_LAYOUTS, MODES, REDUCTIONS, check_scalar, check_shape, index_tuple_shape,
                      normalize_axis)
-from .constants import CONSTANT, FILL_CONSTANT
+from .compare import COMPARES, COMPARISONS
+from .constants import CONSTANT, FILL_CONSTANT, IOTA
 from .definition import NoAttrs, OpDef
 from .elementwise import BINARIES, ELEMENTWISE_BINARY, broadcast_shapes
 from .gather import GATHER
 from .gather_nd import GATHER_ND
 from .layout import RESHAPE
+from .reduce import REDUCE_SUM
 from .scatter import SCATTER
 from .scatter_nd import SCATTER_ND
 from .take import TAKE
+from .where import WHERE
 
 
 def _registry(*definitions: OpDef) -> dict:
@@ -74,8 +77,8 @@ def _registry(*definitions: OpDef) -> dict:
 
 
 #: Every operator by name.
-OPERATORS: dict[str, OpDef] = _registry(FILL_CONSTANT, CONSTANT, RESHAPE, CAST, *BINARIES, TAKE, GATHER, GATHER_ND,
-                                        SCATTER, SCATTER_ND)
+OPERATORS: dict[str, OpDef] = _registry(FILL_CONSTANT, IOTA, CONSTANT, RESHAPE, CAST, *BINARIES, *COMPARES, WHERE,
+                                        REDUCE_SUM, TAKE, GATHER, GATHER_ND, SCATTER, SCATTER_ND)
 
-__all__ = ["OPERATORS", "OpDef", "NoAttrs", "MODES", "REDUCTIONS", "INDEX_LAYOUTS", "ELEMENTWISE_BINARY",
+__all__ = ["OPERATORS", "OpDef", "NoAttrs", "MODES", "REDUCTIONS", "INDEX_LAYOUTS", "ELEMENTWISE_BINARY", "COMPARISONS",
            "broadcast_shapes", "check_scalar", "check_shape", "index_tuple_shape", "normalize_axis"]

@@ -1,5 +1,5 @@
-"""The constants: ``fill_constant``, a tensor whose every element is one value, and
-``constant``, a tensor holding a copy of an array.
+"""The constants: ``fill_constant``, a tensor whose every element is one value, ``iota``, a
+tensor whose every element is its position, and ``constant``, a tensor holding a copy of an array.
 
 A ``constant`` is no kernel: its value is data, which the runtimes bind as a buffer."""
 from __future__ import annotations
@@ -9,11 +9,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...dtypes import as_dtype
-from ...errors import ValidationError
+from ...errors import DTypeError, ValidationError
 from ..constant import ConstArray
-from ..loopnest import Kernel, Store, const
+from ..loopnest import Cast, Kernel, Store, const
 from ..lower import LoopVars, LoweringContext, buffer_of, loop_nest, make_kernel
-from .common import check_scalar, check_shape
+from ..transform import flat_position
+from .common import check_scalar, check_shape, normalize_axis
 from .definition import OpDef
 
 
@@ -42,6 +43,40 @@ def lower_fill_constant(ctx: LoweringContext, node, attrs: FillConstantAttrs) ->
 
 FILL_CONSTANT = OpDef("fill_constant", operands=(), attrs=FillConstantAttrs, infer=infer_fill_constant,
                       lower=lower_fill_constant)
+
+
+@dataclass(frozen=True)
+class IotaAttrs:
+    """The axis whose coordinate each element holds (non-negative), or None: the row-major
+    position."""
+
+    axis: int | None = None
+
+
+def infer_iota(inputs, shape, dtype, axis):
+    """Output ``shape`` (symbolic sizes allowed) in ``dtype``, an integer or float dtype."""
+    op = "iota"
+    shape = check_shape(op, shape)
+    dtype = as_dtype(dtype, op)
+    if dtype.is_bool or dtype.is_complex:
+        raise DTypeError(op, "integer or float dtype", f"iota counts in an integer or float dtype, not {dtype}")
+    if axis is not None:
+        axis = normalize_axis(op, axis, len(shape))
+    return IotaAttrs(axis), shape, dtype
+
+
+def lower_iota(ctx: LoweringContext, node, attrs: IotaAttrs) -> Kernel:
+    """A compute storing each element's coordinate (or flat position), counted in int64 and
+    converted as ``cast`` converts."""
+    out = buffer_of(node.output)
+    vs = LoopVars().make(len(out.shape))
+    value = flat_position(vs, out.shape) if attrs.axis is None else vs[attrs.axis]
+    if out.dtype != value.dtype:
+        value = Cast(out.dtype, value)
+    return make_kernel(node, loop_nest(vs, out.shape, Store(out, tuple(vs), value)))
+
+
+IOTA = OpDef("iota", operands=(), attrs=IotaAttrs, infer=infer_iota, lower=lower_iota)
 
 
 @dataclass(frozen=True)
