@@ -3,6 +3,7 @@
 Build a graph with :class:`NetBuilder`, compile it with :func:`compile` for the CPU (LLVM) or
 CUDA, and run it on numpy arrays. See SEMANTICS.md for what each operator computes.
 """
+from .autodiff import vjp
 from .compiler import compile
 from .eager import gather, gather_nd, scatter, scatter_add, scatter_nd, take
 from .dtypes import BFloat16, Bool, Complex, DType, Float, Int, UInt, as_dtype
@@ -16,9 +17,9 @@ from .ir.symbolic import Dim
 # `cinnlite --version` prints it and the compile cache keys on it.
 __version__ = "0.1.0"
 
-#: Layers over other libraries, imported when first used (``cl.dask``): ``import cinnlite`` never
-#: imports those libraries.
-_INTEROP = ("dask",)
+#: Layers over other libraries, imported when first used (``cl.dask``, ``cl.torch``): ``import
+#: cinnlite`` never imports those libraries.
+_INTEROP = ("dask", "torch")
 
 
 def __getattr__(name):
@@ -29,7 +30,7 @@ def __getattr__(name):
 
 
 __all__ = [
-    "NetBuilder", "compile", "Program", "Tensor", "Dim", "DType", "Float", "BFloat16", "Complex", "Int", "UInt",
+    "NetBuilder", "compile", "vjp", "Program", "Tensor", "Dim", "DType", "Float", "BFloat16", "Complex", "Int", "UInt",
     "Bool", "as_dtype",
     "CinnliteError", "ValidationError", "DTypeError", "IndexOutOfRangeError", "InputError",
     "InputTypeError", "TargetUnavailableError", "CompileError", "CinnliteWarning", "ThreadStartWarning",

@@ -43,6 +43,18 @@ class NetBuilder:
         self._tensors: dict[str, Tensor] = {}
         self._counters: dict[str, int] = {}
         self._assumptions: dict[str, list] = {}  # by node output: what its rules assumed of symbolic sizes
+        self._carried: list = []  # the assumptions of the program this builder extends
+
+    @classmethod
+    def extending(cls, program: Program, name: str | None = None) -> "NetBuilder":
+        """A builder that holds ``program``'s inputs and nodes, so that new operators can read
+        any of its tensors (``cl.vjp`` builds a backward program on its forward one)."""
+        b = cls(program.name if name is None else name)
+        b._inputs = list(program.inputs)
+        b._nodes = list(program.nodes)
+        b._tensors = dict(program.tensors)
+        b._carried = list(program.assumptions)
+        return b
 
     # -- helpers -----------------------------------------------------------------------------
 
@@ -306,7 +318,7 @@ class NetBuilder:
                 raise ValidationError(node.op, "symbols are sizes of inputs",
                                       f"symbolic size {sorted(unbound)[0]} of '{node.output.name}' is no input's "
                                       f"dimension, so no call can give it a value")
-        assumptions = []
+        assumptions = list(self._carried)
         for node in nodes:
             assumptions += [f for f in self._assumptions.get(node.output.name, ()) if f not in assumptions]
         return Program(self.name, tuple(self._inputs), tuple(nodes), tuple(outs), tuple(assumptions))
