@@ -232,13 +232,16 @@ def _flag_loads(stage, index: Load, cond, check_id):
     def is_flag(s):
         return isinstance(s, If) and isinstance(s.then, FlagIndexError)
 
-    def visit(s, seen):
+    def visit(s, seen, top=False):
         """``seen``: the conditions flags in front of ``s`` already test. Every flag raises the
         same stage-wide status, so one flag per condition is enough, and flags (which load the
         index too) need no flags of their own: folding several checks of one index buffer into
-        one stage adds one flag, not twice as many for every check."""
+        one stage adds one flag, not twice as many for every check. A flag that does not depend
+        on a loop's variable moves in front of that loop (not out of the stage's own loop), so
+        an inner loop that copies a slice stays a plain, vectorisable copy."""
         if isinstance(s, For):
-            return replace(s, body=visit(s.body, set()))
+            loop = replace(s, body=visit(s.body, set()))
+            return loop if top else _hoist_flags(loop, is_flag)
         if isinstance(s, Seq):
             out = []
             for x in s.stmts:
@@ -254,7 +257,22 @@ def _flag_loads(stage, index: Load, cond, check_id):
         seen.update(f.cond for f in flags)
         return Seq(tuple(flags) + (s,)) if flags else s
 
-    return visit(stage, set())
+    return visit(stage, set(), top=True)
+
+
+def _hoist_flags(loop: For, is_flag):
+    """``loop`` with the flags at the head of its body that do not use its variable moved in
+    front of it. (A flag raised for a loop that runs zero times only costs the deferred check a
+    run that finds nothing.)"""
+    body = loop.body
+    stmts = list(body.stmts) if isinstance(body, Seq) else [body]
+    hoisted = []
+    while stmts and is_flag(stmts[0]) and loop.var not in expr_vars(stmts[0].cond):
+        hoisted.append(stmts.pop(0))
+    if not hoisted or not stmts:
+        return loop
+    rest = stmts[0] if len(stmts) == 1 else Seq(tuple(stmts))
+    return Seq(tuple(hoisted) + (replace(loop, body=rest),))
 
 
 def _can_report(stage) -> bool:
