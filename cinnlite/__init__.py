@@ -8,7 +8,8 @@ from .compiler import compile
 from .eager import gather, gather_nd, scatter, scatter_add, scatter_nd, take
 from .dtypes import BFloat16, Bool, Complex, DType, Float, Int, UInt, as_dtype
 from .errors import (CacheWarning, CinnliteError, CinnliteWarning, CompileError, DTypeError, IndexOutOfRangeError,
-                     InputError, InputTypeError, TargetUnavailableError, ThreadStartWarning, ValidationError)
+                     InputError, InputTypeError, ShapeMismatchWarning, TargetUnavailableError, ThreadStartWarning,
+                     ValidationError)
 from .frontend.netbuilder import NetBuilder
 from .ir.graph import Program, Tensor
 from .ir.symbolic import Dim
@@ -17,9 +18,9 @@ from .ir.symbolic import Dim
 # `cinnlite --version` prints it and the compile cache keys on it.
 __version__ = "0.1.0"
 
-#: Layers over other libraries, imported when first used (``cl.dask``, ``cl.torch``): ``import
-#: cinnlite`` never imports those libraries.
-_INTEROP = ("dask", "torch")
+#: Layers over other libraries, imported when first used (``cl.dask``, ``cl.torch``, ``cl.onnx``):
+#: ``import cinnlite`` never imports those libraries.
+_INTEROP = ("dask", "torch", "onnx")
 
 
 def __getattr__(name):
@@ -34,5 +35,5 @@ __all__ = [
     "Bool", "as_dtype",
     "CinnliteError", "ValidationError", "DTypeError", "IndexOutOfRangeError", "InputError",
     "InputTypeError", "TargetUnavailableError", "CompileError", "CinnliteWarning", "ThreadStartWarning",
-    "CacheWarning", "take", "gather", "gather_nd", "scatter", "scatter_nd", "scatter_add", "__version__",
+    "CacheWarning", "ShapeMismatchWarning", "take", "gather", "gather_nd", "scatter", "scatter_nd", "scatter_add", "__version__",
 ]

@@ -74,6 +74,11 @@ class ThreadStartWarning(CinnliteWarning, RuntimeWarning):
     """The CPU runtime could not start a worker thread: calls go on, on fewer threads."""
 
 
+class ShapeMismatchWarning(CinnliteWarning):
+    """An ONNX model declares an output shape that differs from the one its graph computes; the
+    computed shape is used, as ONNX Runtime does."""
+
+
 class CacheWarning(CinnliteWarning):
     """The disk compile cache cannot be used (a directory that cannot be written or read, a full
     disk, a directory other users can write). Compiling goes on without it; the message names

@@ -345,8 +345,8 @@ def test_symbolic_dimensions_become_symbols_or_take_given_shapes():
 
 
 def test_an_unsupported_operator_names_the_node_and_the_op():
-    m = model([helper.make_node("Relu", ["x"], ["y"], name="act1")], [vi("x", F32, (2,))], [vi("y", F32, (2,))], 13)
-    with pytest.raises(OnnxImportError, match=r"node 'act1' \(Relu\): operator Relu is not supported"):
+    m = model([helper.make_node("Softmax", ["x"], ["y"], name="act1")], [vi("x", F32, (2,))], [vi("y", F32, (2,))], 13)
+    with pytest.raises(OnnxImportError, match=r"node 'act1' \(Softmax\): operator Softmax is not supported"):
         from_onnx(m)
 
 
@@ -400,11 +400,12 @@ def test_an_operator_rule_broken_by_the_model_names_the_node():
         from_onnx(m)
 
 
-def test_a_declared_output_type_that_disagrees_is_an_error():
+def test_a_declared_output_shape_that_disagrees_is_a_warning():
     m = model([helper.make_node("Gather", ["x", "i"], ["y"], axis=0)],
               [vi("x", F32, (3,)), vi("i", I64, (2,))], [vi("y", F32, (3,))], 13)
-    with pytest.raises(OnnxImportError, match=r"graph output 'y': the model declares shape \[3\]"):
-        from_onnx(m)
+    with pytest.warns(cl.ShapeMismatchWarning, match=r"graph output 'y': the model declares shape \[3\]"):
+        program = from_onnx(m)
+    assert program.outputs[0].shape == (2,)
 
 
 def test_bad_model_files(tmp_path):

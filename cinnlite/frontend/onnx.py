@@ -19,23 +19,32 @@ from __future__ import annotations
 
 import os
 import re
+import warnings
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..dtypes import ALL_DTYPES, as_dtype, bfloat16
-from ..errors import CinnliteError
+from ..errors import CinnliteError, ShapeMismatchWarning
 from ..ir.graph import Program, Tensor
 from ..ir.symbolic import dims_equal, exact_div, is_symbolic, prod
+from .onnx_ops import EXPORTER_OPS, ExporterOps
+from .onnx_support import OnnxImportError, Value as _Value
 from .netbuilder import NetBuilder
 
 SUPPORTED_OPS = ("Gather", "GatherElements", "GatherND", "Scatter", "ScatterElements", "ScatterND",
-                 "TensorScatter", "Constant", "Identity", "Cast", "Reshape")
+                 "TensorScatter", "Constant", "Identity", "Cast", "Reshape") + EXPORTER_OPS
 
 
-class OnnxImportError(CinnliteError, ValueError):
-    """A model the importer cannot turn into a Program: an unsupported operator, attribute,
-    data type or dynamic shape, or a model that breaks the ONNX rules."""
+def unsupported_reason(node) -> str | None:
+    """Why the importer cannot take ``node``, or None where it can (its attributes and shapes are
+    checked when it is imported)."""
+    if node.domain not in ("", "ai.onnx"):
+        return f"operators of domain '{node.domain}' are not supported"
+    if node.op_type not in SUPPORTED_OPS or not hasattr(_Importer, f"_op_{node.op_type}"):
+        return f"operator {node.op_type} is not supported"
+    return None
 
 
 class OnnxNotInstalledError(CinnliteError, ImportError):
@@ -224,34 +233,10 @@ class _Names:
 # -- values: graph tensors or numpy constants ----------------------------------------------------
 
 
-class _Value:
-    """A value in the importer: a graph tensor, or a numpy constant kept for folding (turned into
-    a graph constant the first time an operator needs it as a tensor)."""
-
-    __slots__ = ("tensor", "array", "name")
-
-    def __init__(self, tensor: Tensor | None = None, array: np.ndarray | None = None, name: str | None = None):
-        self.tensor = tensor
-        self.array = array
-        self.name = name
-
-    @property
-    def is_const(self) -> bool:
-        return self.array is not None
-
-    @property
-    def shape(self) -> tuple:
-        return tuple(self.array.shape) if self.is_const else tuple(self.tensor.shape)
-
-    @property
-    def np_dtype(self) -> np.dtype:
-        return self.array.dtype if self.is_const else self.tensor.dtype.np
-
-
 # -- the importer --------------------------------------------------------------------------------
 
 
-class _Importer:
+class _Importer(ExporterOps):
     def __init__(self, model, shapes: dict, name: str | None):
         self.onnx = _onnx()
         self.model = model
@@ -300,6 +285,7 @@ class _Importer:
             self.env[vi.name] = _Value(tensor=t)
             inputs.append((vi.name, t))
 
+        self._check_supported(g.node)
         for index, node in enumerate(g.node):
             self._import_node(index, node)
 
@@ -407,9 +393,25 @@ class _Importer:
             if len(declared) != len(t.shape) or any(d is not None and not is_symbolic(s) and d != s
                                                     for d, s in zip(declared, t.shape)):
                 shown = _fmt_shape(tuple("?" if d is None else d for d in declared))
-                raise OnnxImportError(f"{what}: the model declares shape {shown}, the graph computes {list(t.shape)}")
+                warnings.warn(f"{what}: the model declares shape {shown}, the graph computes {list(t.shape)}; "
+                              "the computed shape is used", ShapeMismatchWarning, stacklevel=2)
 
     # .. nodes .....................................................................................
+
+    @staticmethod
+    def _check_supported(nodes):
+        """One error for every operator the importer lacks, with its count, naming the first node."""
+        lacking = [(k, n) for k, n in enumerate(nodes) if unsupported_reason(n) is not None]
+        if not lacking:
+            return
+        k, first = lacking[0]
+        where = f"node '{first.name}' ({first.op_type})" if first.name else \
+            f"node {k} ({first.op_type}, output '{first.output[0] if first.output else '?'}')"
+        counts = Counter(n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}.{n.op_type}" for _, n in lacking)
+        raise OnnxImportError(f"{where}: {unsupported_reason(first)}; the model's operators cinnlite does not import: "
+                              + ", ".join(f"{op} x{c}" for op, c in sorted(counts.items()))
+                              + f" (cl.onnx.InferenceSession runs them on onnxruntime); supported: "
+                              + ", ".join(SUPPORTED_OPS))
 
     def _import_node(self, index: int, node):
         op = node.op_type
@@ -437,12 +439,41 @@ class _Importer:
                                       "(the nodes must be in topological order)")
             else:
                 values.append(self.env[name])
+        if op == "If":
+            return self._fold_if(where, node, values, attrs)
         outputs = [o for o in node.output if o]
         if len(outputs) != 1:
             raise OnnxImportError(f"{where}: expected one output, got {len(outputs)}")
         result = self._guard(where, lambda: handler(_NodeContext(where, outputs[0], self.names.of(outputs[0])),
                                                     values, attrs))
         self.env[outputs[0]] = result
+
+    def _fold_if(self, where: str, node, values, attrs):
+        """An If whose condition is known at import is the branch it takes: that branch's nodes
+        are imported in its place (they may read any value of the enclosing graph)."""
+        cond = values[0]
+        if not cond.is_const or cond.array.size != 1:
+            raise OnnxImportError(f"{where}: the condition is computed from data; cinnlite imports an If only when "
+                                  "its condition is known at import")
+        branch = attrs.get("then_branch" if bool(cond.array.reshape(-1)[0]) else "else_branch", "GRAPH").g
+        for init in branch.initializer:
+            self.names.reserve(init.name)
+            self.env[init.name] = _Value(array=self._to_array(init, f"{where}: initializer '{init.name}'"),
+                                         name=self.names.of(init.name))
+        for n in branch.node:
+            for out in n.output:
+                if out:
+                    self.names.reserve(out)
+        self._check_supported(branch.node)
+        for k, n in enumerate(branch.node):
+            self._import_node(k, n)
+        if len(branch.output) != len([o for o in node.output if o]):
+            raise OnnxImportError(f"{where}: the branch gives {len(branch.output)} outputs, the node has "
+                                  f"{len(node.output)}")
+        for out, value in zip(node.output, branch.output):
+            if value.name not in self.env:
+                raise OnnxImportError(f"{where}: branch output '{value.name}' is not computed in the branch")
+            self.env[out] = self.env[value.name]
 
     def _schema(self, where: str, op: str):
         defs = self.onnx.defs
@@ -541,8 +572,13 @@ class _Importer:
         return _Value(tensor=self.b.reshape(x.tensor, shape, name=ctx.name))
 
     def _op_Gather(self, ctx, ins, attrs):
-        x, idx = (self._tensor(v) for v in ins)
         axis = attrs.get("axis", "INT", 0)
+        if ins[0].is_const and ins[1].is_const:  # shape arithmetic: fold
+            try:
+                return _Value(array=np.take(ins[0].array, ins[1].array, axis=axis), name=ctx.name)
+            except (IndexError, ValueError, np.exceptions.AxisError) as exc:
+                raise OnnxImportError(f"{ctx.where}: {exc}") from None
+        x, idx = (self._tensor(v) for v in ins)
         return _Value(tensor=self.b.take(x, idx, axis=axis, mode="raise", name=ctx.name))
 
     def _op_GatherElements(self, ctx, ins, attrs):
