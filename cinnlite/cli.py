@@ -2,7 +2,7 @@
 
 - ``cinnlite --version``: print the version of cinnlite.
 - ``cinnlite demo``: compile, check and time a message-passing step; print its hot loop.
-- ``cinnlite run MODEL.onnx --input NAME=FILE.npy ... [--target T] [--output-dir DIR]``: import an
+- ``cinnlite run MODEL.onnx --input NAME=FILE.npy ... [--target T] [--output-dir DIR] [--explain]``: import an
   ONNX model, compile it, run it on the given arrays, print (and save) the outputs.
 - ``cinnlite emit MODEL.onnx --stage STAGE [--target T]``: print one compilation stage, or the
   graph as Graphviz text with ``--stage dot``.
@@ -60,6 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--target", "-t", choices=TARGETS, default=DEFAULT_TARGET,
                      help=f"compile target (default: {DEFAULT_TARGET})")
     run.add_argument("--output-dir", "-o", metavar="DIR", help="save each output as DIR/<output name>.npy")
+    run.add_argument("--explain", action="store_true",
+                     help="print which node runs in cinnlite and which on onnxruntime, and why")
 
     emit = sub.add_parser(
         "emit", help="print a compilation stage of an ONNX model",
@@ -120,7 +122,7 @@ def cmd_run(args) -> int:
     import numpy as np
 
     import cinnlite as cl
-    from .frontend.onnx import graph_inputs, import_onnx, load_model
+    from .frontend.onnx import graph_inputs, load_model
 
     model = load_model(args.model)
     declared = graph_inputs(model)
@@ -138,11 +140,12 @@ def cmd_run(args) -> int:
     if missing:
         raise UsageError(f"no --input for {', '.join(repr(n) for n in missing)}; the model's inputs: "
                          f"{_describe(declared)}")
-    # Symbolic dimensions take their size from the arrays; static ones are checked at run time.
-    shapes = {d.name: arrays[d.name].shape for d in declared if not d.static}
-    imported = import_onnx(model, shapes=shapes)
-    exe = cl.compile(imported.program, target=args.target)
-    results = imported.named_outputs(exe.run(imported.feeds(arrays)))
+    # The session imports the nodes cinnlite supports for these arrays' shapes and runs the rest
+    # on onnxruntime.
+    session = cl.onnx.InferenceSession(model, target=args.target)
+    results = dict(zip([o.name for o in session.get_outputs()], session.run(None, arrays)))
+    if args.explain:
+        print(session.explain())
 
     if args.output_dir:
         try:

@@ -1,6 +1,7 @@
 """The ``cinnlite`` command line, run as a separate process the way a user runs it."""
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -169,16 +170,44 @@ def test_run_with_wrong_or_missing_inputs(model_path, inputs, tmp_path):
     assert_one_line_error(cinnlite("run", model_path, *input_args(files_oob)), "index 4", "out of range")
 
 
-@needs_onnx
-def test_run_with_an_unsupported_model(tmp_path):
-    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="act")], "g",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, (2,))],
+def _softplus_model(tmp_path):
+    """y = Gather(Softplus(Softplus(x)), i): two nodes cinnlite does not import, one it does."""
+    nodes = [helper.make_node("Softplus", ["x"], ["s"], name="act"), helper.make_node("Softplus", ["s"], ["t"]),
+             helper.make_node("Gather", ["t", "i"], ["y"], axis=0, name="pick")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, (3,)),
+                                           helper.make_tensor_value_info("i", TensorProto.INT64, (2,))],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, (2,))])
-    path = tmp_path / "relu.onnx"
+    path = tmp_path / "softplus.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(path))
-    np.save(tmp_path / "x.npy", np.zeros(2, np.float32))
-    assert_one_line_error(cinnlite("run", path, "--input", f"x={tmp_path / 'x.npy'}"),
-                          "node 'act' (Relu): operator Relu is not supported")
+    np.save(tmp_path / "x.npy", np.array([-1.0, 0.0, 2.0], np.float32))
+    np.save(tmp_path / "i.npy", np.array([2, 0], np.int64))
+    return path, [f"x={tmp_path / 'x.npy'}", f"i={tmp_path / 'i.npy'}"]
+
+
+@needs_onnx
+def test_run_puts_what_cinnlite_lacks_on_onnxruntime_and_explains(tmp_path):
+    pytest.importorskip("onnxruntime")
+    path, inputs = _softplus_model(tmp_path)
+    proc = cinnlite("run", path, "--input", inputs[0], "--input", inputs[1], "--explain")
+    assert proc.returncode == 0, proc.stderr
+    softplus = np.log1p(np.exp(np.log1p(np.exp(np.array([2.0, -1.0])))))
+    got = [float(v) for v in re.search(r"\[([^\]]*)\]", proc.stdout.split("y: float32[2]")[1]).group(1).split(",")]
+    np.testing.assert_allclose(got, softplus, rtol=1e-6)
+    assert "1 of 3 nodes run in cinnlite" in proc.stdout
+    assert "act (Softplus): operator Softplus is not supported" in proc.stdout
+    assert "pick (Gather)" in proc.stdout
+
+
+@needs_onnx
+def test_run_without_onnxruntime_lists_every_operator_it_lacks(tmp_path):
+    path, inputs = _softplus_model(tmp_path)
+    blocker = tmp_path / "blocked" / "onnxruntime"
+    blocker.mkdir(parents=True)
+    (blocker / "__init__.py").write_text("raise ImportError('onnxruntime is not installed')\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(blocker.parent)] + sys.path))
+    proc = subprocess.run([sys.executable, "-m", "cinnlite", "run", str(path), "--input", inputs[0], "--input",
+                           inputs[1]], capture_output=True, text=True, timeout=300, env=env)
+    assert_one_line_error(proc, "needs onnxruntime", "Softplus x2")
 
 
 # -- emit -----------------------------------------------------------------------------------------
