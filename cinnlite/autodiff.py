@@ -221,6 +221,35 @@ def _where(r: _Rule, g):
             r.unbroadcast(r.b.where(cond, zero, g), c) if r.needs(2) else None]
 
 
+def _unary(derivative):
+    """An elementwise function: the cotangent times its derivative, written with the input
+    ``x`` and the output ``y`` (PyTorch's formulas)."""
+    def rule(r: _Rule, g):
+        x, y = r.node.inputs[0], r.node.output
+        return [r.b.multiply(g, derivative(r.b, x, y, lambda v: r.scalar(v, g.dtype)))]
+    return rule
+
+
+UNARY_DERIVATIVES = {
+    "exp": lambda b, x, y, c: y,
+    "log": lambda b, x, y, c: b.divide(c(1.0), x),
+    "sqrt": lambda b, x, y, c: b.divide(c(0.5), y),
+    "tanh": lambda b, x, y, c: b.subtract(c(1.0), b.multiply(y, y)),
+    "sigmoid": lambda b, x, y, c: b.multiply(y, b.subtract(c(1.0), y)),
+}
+
+
+def _reduce_extremum(r: _Rule, g):
+    """max/min over axes: the cotangent shared equally among the elements equal to the result."""
+    x = r.node.inputs[0]
+    b = r.b
+    kept_shape = tuple(1 if j in r.attrs["axes"] else d for j, d in enumerate(x.shape))
+    chosen = b.equal(x, r.reshaped(r.node.output, kept_shape))
+    count = b.reduce_sum(b.cast(chosen, g.dtype), axes=list(r.attrs["axes"]), keepdims=True)
+    share = b.divide(r.reshaped(g, kept_shape), count)
+    return [b.where(chosen, share, r.scalar(0.0, g.dtype))]
+
+
 def _reduce_sum(r: _Rule, g):
     x = r.node.inputs[0]
     axes = r.attrs["axes"]
@@ -431,6 +460,7 @@ SCATTER_RULES = {"none": _scatter_none, "add": _scatter_add, "sub": _scatter_sub
 RULES = {
     "reshape": _reshape, "cast": _cast, "add": _add, "subtract": _subtract, "multiply": _multiply,
     "divide": _divide, "maximum": _extremum("greater"), "minimum": _extremum("less"), "where": _where,
-    "reduce_sum": _reduce_sum, "take": _take, "gather": _gather, "gather_nd": _gather_nd,
+    "reduce_sum": _reduce_sum, "reduce_max": _reduce_extremum, "reduce_min": _reduce_extremum,
+    **{op: _unary(d) for op, d in UNARY_DERIVATIVES.items()}, "take": _take, "gather": _gather, "gather_nd": _gather_nd,
     "scatter": _scatter_rule(_AxisTargets), "scatter_nd": _scatter_rule(_TupleTargets),
 }

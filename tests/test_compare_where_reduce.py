@@ -138,3 +138,40 @@ def test_broken_rules_name_the_rule(build, rule):
     with pytest.raises((cl.ValidationError, cl.DTypeError)) as info:
         build(b, f, i)
     assert rule in str(info.value)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
+def test_float_functions_are_numpys(backend, dtype):
+    """float32/float64 within a few ulp of numpy; float16 and bfloat16 computed in float32 and
+    rounded once."""
+    b = NetBuilder("functions")
+    t = b.create_input(dtype, (12,), "x")
+    names = ("exp", "log", "sqrt", "tanh", "sigmoid")
+    exe = cl.compile(b.build([getattr(b, n)(t) for n in names]), target=backend)
+    np_dtype = ml_dtypes.bfloat16 if dtype == "bfloat16" else dtype
+    x = np.array([-30, -2.5, -1, -0.0, 0.0, 1e-3, 0.5, 1, 3, 20, np.inf, np.nan]).astype(np_dtype)
+    got = exe(x=x)
+    wide = x.astype(np.float32 if np.dtype(np_dtype).itemsize <= 2 else np_dtype)
+    with np.errstate(all="ignore"):
+        want = [np.exp(wide), np.log(wide), np.sqrt(wide), np.tanh(wide), 1 / (1 + np.exp(-wide))]
+    for name, g, w in zip(names, got, want):
+        assert g.dtype == np.dtype(np_dtype), name
+        np.testing.assert_allclose(g.astype(np.float64), w.astype(np_dtype).astype(np.float64),
+                                   rtol=1e-2 if np.dtype(np_dtype).itemsize <= 2 else 4e-7, err_msg=name)
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint64", "float16", "float32", "float64"])
+@pytest.mark.parametrize("axes,keepdims", [(None, False), ((0, 2), True), ((1,), False), ((), False)], ids=str)
+def test_reduce_max_and_min_are_numpys(backend, dtype, axes, keepdims):
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal((3, 4, 5)) * 50).astype(dtype) if "float" in dtype else \
+        rng.integers(np.iinfo(dtype).min, np.iinfo(dtype).max, (3, 4, 5), endpoint=True, dtype=dtype)
+    if "float" in dtype:
+        x[1, 2, 3] = np.nan  # propagates, as numpy's max
+    b = NetBuilder("extremes")
+    t = b.create_input(dtype, x.shape, "x")
+    exe = cl.compile(b.build([b.reduce_max(t, axes=axes, keepdims=keepdims),
+                              b.reduce_min(t, axes=axes, keepdims=keepdims)]), target=backend)
+    got = exe(x=x)
+    np.testing.assert_array_equal(got[0], x.max(axis=axes, keepdims=keepdims))
+    np.testing.assert_array_equal(got[1], x.min(axis=axes, keepdims=keepdims))

@@ -205,3 +205,15 @@ def test_the_environment_can_ask_every_compile_to_go_through_nvrtc(monkeypatch):
     monkeypatch.setenv("CINNLITE_NVRTC_CHECK", "sm_90, sm_80")
     cl.compile(prog, target="cuda")
     assert calls == ["sm_90", "sm_80"]
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
+def test_the_elementwise_functions_and_reductions_compile_for_sm90_and_sm80(dtype):
+    """The float functions (CUDA's expf/exp ...), comparisons, where, iota and the reductions."""
+    b = NetBuilder(f"functions_{dtype}")
+    x = b.create_input(dtype, (5, 4), "x")
+    outs = [getattr(b, fn)(x) for fn in ("exp", "log", "sqrt", "tanh", "sigmoid")]
+    outs += [b.where(b.less(x, b.fill_constant((), 0, dtype)), x, b.fill_constant((), 1, dtype)),
+             b.reduce_sum(x, axes=0), b.reduce_max(x, axes=1, keepdims=True), b.reduce_min(x),
+             b.iota((5, 4), dtype, axis=1)]
+    assert_compiles(cl.compile(b.build(outs), target="cuda"))

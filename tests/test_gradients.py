@@ -110,14 +110,18 @@ def scatter_nd_case(rng, idt, mode):
 
 
 def elementwise_case(rng, idt, mode):
-    """The elementwise operators under broadcasting, where, reduce_sum and reshape (no index)."""
+    """The elementwise operators under broadcasting, the float functions, where, the reductions
+    and reshape (no index)."""
     c = Case("elementwise")
     b = c.b
     a, d = c.data_input("a", _distinct(rng, (3, 1, 4))), c.data_input("d", _distinct(rng, (5, 1)) + 7.0)
     cond = c.index_input("cond", rng.random((5, 4)) < 0.5)
+    positive = b.add(b.multiply(a, a), d)  # >= 7
     c.outputs = [b.add(a, d), b.subtract(a, d), b.multiply(a, d), b.divide(a, d), b.maximum(a, d), b.minimum(d, a),
                  b.where(cond, a, d), b.reduce_sum(b.multiply(a, a), axes=[0, 2]), b.reshape(a, (2, 6)),
-                 b.reduce_sum(b.multiply(a, d), axes=1, keepdims=True)]
+                 b.reduce_sum(b.multiply(a, d), axes=1, keepdims=True), b.exp(a), b.log(positive),
+                 b.sqrt(positive), b.tanh(a), b.sigmoid(a), b.reduce_max(a, axes=[1, 2]),
+                 b.reduce_min(b.multiply(a, d), axes=0, keepdims=True)]
     return c
 
 

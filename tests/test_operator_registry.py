@@ -77,6 +77,9 @@ def _program(operators=None):
         **{op: (lambda op=op: [getattr(b, op)(x, x)]) for op in ops.ELEMENTWISE_BINARY + tuple(ops.COMPARISONS)},
         "where": lambda: [b.where(b.less(x, x), x, b.fill_constant((), 1.0, "float32"))],
         "reduce_sum": lambda: [b.reduce_sum(x, axes=[-1], keepdims=True), b.reduce_sum(x)],
+        "reduce_max": lambda: [b.reduce_max(x, axes=0)],
+        "reduce_min": lambda: [b.reduce_min(x, keepdims=True)],
+        **{op: (lambda op=op: [getattr(b, op)(x)]) for op in ops.UNARY_VALUES},
         "iota": lambda: [b.iota((4, 3), "int32", axis=1)],
     }
     operators = sorted(ops.OPERATORS) if operators is None else operators

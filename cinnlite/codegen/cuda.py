@@ -34,7 +34,7 @@ import numpy as np
 
 from ..dtypes import DType, complex64, complex128, float16, float32, int64, uint8
 from ..errors import CompileError
-from ..ir.loopnest import (Binary, Buffer, Cast, Cmp, Const, Expr, For, If, Let, Load, LoweredProgram, Reduce,
+from ..ir.loopnest import (Binary, Buffer, Cast, Cmp, Const, Expr, For, If, Let, Load, LoweredProgram, Math, Reduce,
                            ReportIndexError, Select, Seq, Store, Var, dim_mul)
 from ..ir.printer import expr_str
 from ..ir.symbolic import SYMBOL_BUFFER_PREFIX
@@ -277,6 +277,8 @@ class _Emitter:
             return f"({self.expr(e.cond)} ? {self.expr(e.a)} : {self.expr(e.b)})"
         if isinstance(e, Cast):
             return self.cast(self.expr(e.a), e.a.dtype, e.to)
+        if isinstance(e, Math):
+            return f"{e.fn}{'f' if e.dtype.bits == 32 else ''}({self.expr(e.a)})"
         raise CompileError(f"CUDA renderer: cannot render expression {e!r}")
 
     def const(self, value, dtype: DType) -> str:

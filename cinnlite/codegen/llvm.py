@@ -20,7 +20,7 @@ import numpy as np
 from llvmlite import ir
 
 from ..dtypes import DType, float16, float32
-from ..ir.loopnest import (Binary, Buffer, Cast, Cmp, Const, FlagIndexError, For, If, Let, Load,
+from ..ir.loopnest import (Binary, Buffer, Cast, Cmp, Const, FlagIndexError, Math, For, If, Let, Load,
                            LoweredProgram, Reduce, ReportIndexError, Select, Seq, Store, Var)
 from ..ir.passes import RANGE_BEGIN, RANGE_END
 from ..ir.schedule_cpu import stage_extent, stage_work
@@ -242,6 +242,8 @@ class _KernelEmitter:
             return b.select(self.expr(e.cond), self.expr(e.a), self.expr(e.b))
         if isinstance(e, Cast):
             return self.cast(self.expr(e.a), e.a.dtype, e.to)
+        if isinstance(e, Math):
+            return self.math(e.fn, self.expr(e.a))
         raise TypeError(f"cannot render {e!r}")
 
     def compare(self, op, dtype: DType, a, c):
@@ -314,6 +316,16 @@ class _KernelEmitter:
         b = self.b
         v = b.insert_element(ir.Constant(t, None), re, ir.Constant(I32, 0))
         return b.insert_element(v, im, ir.Constant(I32, 1))
+
+    def math(self, fn: str, v):
+        """exp, log, sqrt as LLVM intrinsics; tanh as libm's ``tanhf``/``tanh``, which the JIT
+        finds in the process."""
+        if fn == "tanh":
+            module = self.fn.module
+            name = "tanhf" if v.type == ir.FloatType() else "tanh"
+            callee = module.globals.get(name) or ir.Function(module, ir.FunctionType(v.type, [v.type]), name)
+            return self.b.call(callee, [v])
+        return self.b.call(self.intrinsic(f"llvm.{fn}", v.type), [v])
 
     def intrinsic(self, name, t):
         module = self.fn.module

@@ -248,6 +248,26 @@ class NetBuilder:
         """Elementwise minimum; a NaN in either operand gives NaN (numpy's ``minimum``)."""
         return self._binary("minimum", a, b, name)
 
+    def exp(self, x: Tensor, name: str | None = None) -> Tensor:
+        """``e ** x`` (float dtypes)."""
+        return self._add("exp", [x], name)
+
+    def log(self, x: Tensor, name: str | None = None) -> Tensor:
+        """The natural logarithm (float dtypes; NaN below 0, -inf at 0)."""
+        return self._add("log", [x], name)
+
+    def sqrt(self, x: Tensor, name: str | None = None) -> Tensor:
+        """The square root (float dtypes; NaN below 0)."""
+        return self._add("sqrt", [x], name)
+
+    def tanh(self, x: Tensor, name: str | None = None) -> Tensor:
+        """The hyperbolic tangent (float dtypes)."""
+        return self._add("tanh", [x], name)
+
+    def sigmoid(self, x: Tensor, name: str | None = None) -> Tensor:
+        """``1 / (1 + exp(-x))`` (float dtypes)."""
+        return self._add("sigmoid", [x], name)
+
     def equal(self, a: Tensor, b: Tensor, name: str | None = None) -> Tensor:
         """``a == b`` as bool (false where either is NaN)."""
         return self._binary("equal", a, b, name)
@@ -282,6 +302,16 @@ class NetBuilder:
         """The sum over ``axes`` (every axis when None), in x's dtype (integers wrap around);
         ``keepdims`` keeps each reduced axis with size 1."""
         return self._add("reduce_sum", [x], name, axes=axes, keepdims=keepdims)
+
+    def reduce_max(self, x: Tensor, axes: int | Sequence[int] | None = None, keepdims: bool = False,
+                   name: str | None = None) -> Tensor:
+        """The largest element over ``axes`` (every axis when None); NaN propagates."""
+        return self._add("reduce_max", [x], name, axes=axes, keepdims=keepdims)
+
+    def reduce_min(self, x: Tensor, axes: int | Sequence[int] | None = None, keepdims: bool = False,
+                   name: str | None = None) -> Tensor:
+        """The smallest element over ``axes`` (every axis when None); NaN propagates."""
+        return self._add("reduce_min", [x], name, axes=axes, keepdims=keepdims)
 
     def cast(self, x: Tensor, dtype: DTypeLike, name: str | None = None) -> Tensor:
         """Convert to ``dtype`` like numpy's ``astype``. Float to integer truncates toward zero

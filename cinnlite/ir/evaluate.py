@@ -41,7 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..dtypes import DType
-from .loopnest import (COMBINES, Binary, Buffer, Cast, Cmp, Const, FlagIndexError, For, If, Kernel, Let, Load,
+from .loopnest import (COMBINES, Binary, Buffer, Cast, Cmp, Const, FlagIndexError, Math, For, If, Kernel, Let, Load,
                        LoweredProgram, Reduce, ReportIndexError, Select, Seq, Store, Var)
 from .passes import RANGE_BEGIN, RANGE_END, _c_div
 from .schedule_cpu import stage_extent
@@ -341,6 +341,12 @@ def _select(ev: Evaluator, e: Select):
     return a if cond else b
 
 
+def _math(fn: str, value, dtype):
+    """``Math``: numpy's function in the value's own float type."""
+    with np.errstate(all="ignore"):
+        return getattr(np, fn)(dtype.np.type(value))
+
+
 EXPRESSIONS = {
     Const: _const,
     Var: _var,
@@ -348,6 +354,7 @@ EXPRESSIONS = {
     Cmp: _cmp,
     Select: _select,
     Cast: lambda ev, e: cast(ev.value(e.a), e.a.dtype, e.to),
+    Math: lambda ev, e: _math(e.fn, ev.value(e.a), e.dtype),
     Load: lambda ev, e: ev.load(e.buffer, e.indices),
 }
 

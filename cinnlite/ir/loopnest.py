@@ -3,7 +3,7 @@
 Every node is a frozen dataclass, so IR compares structurally and hashes stably; passes build
 new nodes instead of editing old ones. Expressions carry their dtype. Index arithmetic is int64.
 
-Expressions: Const, Var, Binary, Cmp, Select, Cast, Load.
+Expressions: Const, Var, Binary, Cmp, Select, Cast, Math, Load.
 Statements: For, Store, Reduce (read-combine-write; atomic on the GPU), If, Seq, Let (names
 values computed once), ReportIndexError (a failed ``mode="raise"`` check).
 A Kernel is one operator's loop nests with the buffers it touches; a LoweredProgram is the
@@ -127,6 +127,24 @@ class Cast(Expr):
     @property
     def dtype(self) -> DType:
         return self.to
+
+
+#: The functions of :class:`Math`.
+MATH_FUNCTIONS = ("exp", "log", "sqrt", "tanh")
+
+
+@dataclass(frozen=True)
+class Math(Expr):
+    """``fn(a)`` for ``fn`` in :data:`MATH_FUNCTIONS`, on float32 or float64 (lowerings compute
+    the narrower floats in float32); the platform's libm (CPU) or CUDA's functions, correctly
+    rounded or within a few ulp."""
+
+    fn: str
+    a: Expr
+
+    @property
+    def dtype(self) -> DType:
+        return self.a.dtype
 
 
 @dataclass(frozen=True)

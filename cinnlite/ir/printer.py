@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from .graph import display_name
 from .symbolic import is_symbol_load
-from .loopnest import (Binary, Cast, Cmp, Const, FlagIndexError, For, If, Kernel, Let, Load, LoweredProgram,
+from .loopnest import (Binary, Cast, Cmp, Const, FlagIndexError, For, If, Kernel, Let, Load, LoweredProgram, Math,
                        Reduce, ReportIndexError, Select, Seq, Store, Var)
 
 _INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "mod": "%", "and": "&&", "or": "||"}
@@ -27,6 +27,8 @@ def expr_str(e) -> str:
         return f"select({expr_str(e.cond)}, {expr_str(e.a)}, {expr_str(e.b)})"
     if isinstance(e, Cast):
         return f"{e.to}({expr_str(e.a)})"
+    if isinstance(e, Math):
+        return f"{e.fn}({expr_str(e.a)})"
     if is_symbol_load(e):
         return e.buffer.name  # a symbolic size: #E
     if isinstance(e, Load):

@@ -10,7 +10,7 @@ here is bounded by the size of one operator's expressions, never by the size of 
 """
 from __future__ import annotations
 
-from .loopnest import (Binary, Cast, Cmp, Const, Expr, FlagIndexError, For, If, Let, Load, Reduce,
+from .loopnest import (Binary, Cast, Cmp, Const, Expr, FlagIndexError, For, If, Let, Load, Math, Reduce,
                        ReportIndexError, Select, Seq, Store, Var, as_expr, const)
 
 
@@ -33,6 +33,8 @@ def map_expr(e, fn):
             out = fn(Select(visit(x.cond), visit(x.a), visit(x.b)))
         elif isinstance(x, Cast):
             out = fn(Cast(x.to, visit(x.a)))
+        elif isinstance(x, Math):
+            out = fn(Math(x.fn, visit(x.a)))
         elif isinstance(x, Load):
             out = fn(Load(x.buffer, tuple(visit(i) for i in x.indices)))
         else:
@@ -107,7 +109,7 @@ def walk_expr(e):
             stack += (x.b, x.a)
         elif isinstance(x, Select):
             stack += (x.b, x.a, x.cond)
-        elif isinstance(x, Cast):
+        elif isinstance(x, (Cast, Math)):
             stack.append(x.a)
         elif isinstance(x, Load):
             stack += reversed(x.indices)

@@ -13,6 +13,15 @@
 #define fmod(a, b) __builtin_fmod((a), (b))
 #define fabsf(a) __builtin_fabsf((a))
 #define fabs(a) __builtin_fabs((a))
+// The math functions of loop-nest Math expressions: the compiler's builtins, which call libm.
+#define expf(a) __builtin_expf((a))
+#define exp(a) __builtin_exp((a))
+#define logf(a) __builtin_logf((a))
+#define log(a) __builtin_log((a))
+#define sqrtf(a) __builtin_sqrtf((a))
+#define sqrt(a) __builtin_sqrt((a))
+#define tanhf(a) __builtin_tanhf((a))
+#define tanh(a) __builtin_tanh((a))
 
 #define __global__
 #define __device__

@@ -59,10 +59,11 @@ from .elementwise import BINARIES, ELEMENTWISE_BINARY, broadcast_shapes
 from .gather import GATHER
 from .gather_nd import GATHER_ND
 from .layout import RESHAPE
-from .reduce import REDUCE_SUM
+from .reduce import REDUCES
 from .scatter import SCATTER
 from .scatter_nd import SCATTER_ND
 from .take import TAKE
+from .unary import UNARIES, UNARY_VALUES
 from .where import WHERE
 
 
@@ -77,8 +78,8 @@ def _registry(*definitions: OpDef) -> dict:
 
 
 #: Every operator by name.
-OPERATORS: dict[str, OpDef] = _registry(FILL_CONSTANT, IOTA, CONSTANT, RESHAPE, CAST, *BINARIES, *COMPARES, WHERE,
-                                        REDUCE_SUM, TAKE, GATHER, GATHER_ND, SCATTER, SCATTER_ND)
+OPERATORS: dict[str, OpDef] = _registry(FILL_CONSTANT, IOTA, CONSTANT, RESHAPE, CAST, *BINARIES, *UNARIES, *COMPARES, WHERE,
+                                        *REDUCES, TAKE, GATHER, GATHER_ND, SCATTER, SCATTER_ND)
 
-__all__ = ["OPERATORS", "OpDef", "NoAttrs", "MODES", "REDUCTIONS", "INDEX_LAYOUTS", "ELEMENTWISE_BINARY", "COMPARISONS",
+__all__ = ["OPERATORS", "OpDef", "NoAttrs", "MODES", "REDUCTIONS", "INDEX_LAYOUTS", "ELEMENTWISE_BINARY", "COMPARISONS", "UNARY_VALUES",
            "broadcast_shapes", "check_scalar", "check_shape", "index_tuple_shape", "normalize_axis"]

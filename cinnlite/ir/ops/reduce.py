@@ -1,8 +1,11 @@
-"""``reduce_sum``: the sum of ``x`` over some axes (numpy's ``sum`` with ``keepdims``, ONNX
-ReduceSum), in x's dtype; see SEMANTICS.md.
+"""``reduce_sum``, ``reduce_max`` and ``reduce_min``: the sum, largest or smallest element of
+``x`` over some axes (numpy's ``sum``/``max``/``min`` with ``keepdims``, ONNX ReduceSum/Max/Min),
+in x's dtype; see SEMANTICS.md.
 
-The sum runs in row-major order of ``x``, so it is the same on every run and every thread
-count; float16 and bfloat16 data sum in float32 and are rounded once.
+The reduction runs in row-major order of ``x``, so it is the same on every run and every thread
+count; float16 and bfloat16 data sum in float32 and are rounded once. max and min propagate NaN
+(numpy's ``maximum``/``minimum``); over no elements they give -inf/+inf (floats) or the dtype's
+smallest/largest value (integers), the identities of the combine.
 """
 from __future__ import annotations
 
@@ -10,7 +13,7 @@ from dataclasses import dataclass
 
 from ...errors import DTypeError, ValidationError
 from ..loopnest import Buffer, Cast, Kernel, Load, Reduce, Seq, Store, const
-from ..lower import ACCUMULATE_DTYPES, LoopVars, LoweringContext, buffer_of, loop_nest, make_kernel
+from ..lower import ACCUMULATE_DTYPES, LoopVars, LoweringContext, buffer_of, identity, loop_nest, make_kernel
 from ...dtypes import float16, float32
 from .common import int_attr, normalize_axis
 from .definition import OpDef
@@ -27,12 +30,22 @@ class ReduceAttrs:
     keepdims: bool = False
 
 
-def infer_reduce_sum(inputs, axes, keepdims):
-    """Every axis (``axes=None``) or the distinct axes given; a number dtype."""
+def _infer_reduce(op):
+    def infer(inputs, axes, keepdims):
+        return _infer(op, inputs, axes, keepdims)
+    infer.__name__ = f"infer_{op}"
+    return infer
+
+
+def _infer(op, inputs, axes, keepdims):
+    """Every axis (``axes=None``) or the distinct axes given; a number dtype (ordered for max
+    and min)."""
     (x,) = inputs
-    op = "reduce_sum"
     if x.dtype.is_bool:
-        raise DTypeError(op, "arithmetic on numbers", "reduce_sum is not defined on bool; cast to a number first",
+        raise DTypeError(op, "arithmetic on numbers", f"{op} is not defined on bool; cast to a number first",
+                         input=x.name)
+    if x.dtype.is_complex and op != "reduce_sum":
+        raise DTypeError(op, "ordered operands", f"{op} is not defined on {x.dtype}: complex numbers are not ordered",
                          input=x.name)
     if not isinstance(keepdims, bool):
         raise ValidationError(op, "keepdims is a bool", f"keepdims must be True or False, got {keepdims!r}")
@@ -49,23 +62,31 @@ def infer_reduce_sum(inputs, axes, keepdims):
     return ReduceAttrs(axes, keepdims), shape, x.dtype
 
 
-def lower_reduce_sum(ctx: LoweringContext, node, attrs: ReduceAttrs) -> Kernel:
-    """Zero the sums; add every element of x, in row-major order, into the sum it belongs to;
-    (float16, bfloat16) round the float32 sums once into the output."""
+def _lower_reduce(combine):
+    def lower(ctx: LoweringContext, node, attrs: ReduceAttrs) -> Kernel:
+        return _lower(combine, node, attrs)
+    lower.__name__ = f"lower_reduce_{combine}"
+    return lower
+
+
+def _lower(combine, node, attrs: ReduceAttrs) -> Kernel:
+    """Start every result at the combine's identity; combine every element of x into its
+    result in row-major order; (sums of float16, bfloat16) round the float32 sums once."""
     x, out = buffer_of(node.inputs[0]), buffer_of(node.output)
-    wide = SUM_DTYPES.get(out.dtype.name)
+    wide = SUM_DTYPES.get(out.dtype.name) if combine == "add" else None
     acc = Buffer(f"{out.name}__sum", wide, out.shape) if wide else out
     vars_ = LoopVars()
     z = tuple(vars_.make(len(out.shape)))
     u = tuple(vars_.make(len(x.shape)))
     target = tuple(const(0) if j in attrs.axes else v for j, v in enumerate(u)
                    if attrs.keepdims or j not in attrs.axes)
-    stages = [loop_nest(z, out.shape, Store(acc, z, const(0, acc.dtype))),
-              loop_nest(u, x.shape, Reduce(acc, target, Cast(acc.dtype, Load(x, u)) if wide else Load(x, u), "add"))]
+    stages = [loop_nest(z, out.shape, Store(acc, z, identity(combine, acc.dtype))),
+              loop_nest(u, x.shape, Reduce(acc, target, Cast(acc.dtype, Load(x, u)) if wide else Load(x, u), combine))]
     if wide:
         f = tuple(vars_.make(len(out.shape)))
         stages.append(loop_nest(f, out.shape, Store(out, f, Cast(out.dtype, Load(acc, f)))))
     return make_kernel(node, Seq(tuple(stages)), temps=(acc,) if wide else (), pure=False)
 
 
-REDUCE_SUM = OpDef("reduce_sum", operands=("x",), attrs=ReduceAttrs, infer=infer_reduce_sum, lower=lower_reduce_sum)
+REDUCES = tuple(OpDef(f"reduce_{name}", operands=("x",), attrs=ReduceAttrs, infer=_infer_reduce(f"reduce_{name}"),
+                      lower=_lower_reduce(combine)) for name, combine in (("sum", "add"), ("max", "max"), ("min", "min")))
