@@ -19,10 +19,14 @@ _BINARY = {"Add": ("add", np.add), "Sub": ("subtract", np.subtract), "Mul": ("mu
            "LessOrEqual": ("less_equal", np.less_equal), "GreaterOrEqual": ("greater_equal", np.greater_equal),
            "And": ("minimum", np.logical_and), "Or": ("maximum", np.logical_or)}
 
+#: Float functions: (cinnlite builder method, numpy function for folding).
+_FUNCTIONS = {"Exp": ("exp", np.exp), "Log": ("log", np.log), "Sqrt": ("sqrt", np.sqrt), "Tanh": ("tanh", np.tanh),
+              "Sigmoid": ("sigmoid", lambda v: 1 / (1 + np.exp(-v)))}
+
 EXPORTER_OPS = ("Shape", "Size", "Unsqueeze", "Squeeze", "Flatten", "Slice", "Concat", "Expand", "Tile",
                 "Transpose", "Range", "ConstantOfShape", "Where", "Not", "Neg", "Abs", "Relu", "LeakyRelu",
-                "Reciprocal", "Clip", "Div", "Max", "Min", "ReduceSum", "ReduceMean", "MatMul",
-                "Gemm", "If") + tuple(_BINARY)
+                "Reciprocal", "Clip", "Div", "Max", "Min", "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin",
+                "MatMul", "Gemm", "If", "Softmax", "Pow") + tuple(_BINARY) + tuple(_FUNCTIONS)
 
 
 def _const_ints(ctx, value, what) -> list:
@@ -321,6 +325,47 @@ class ExporterOps:
             return Value(array=np.sum(ins[0].array, axis=tuple(axes), keepdims=keep), name=ctx.name)
         return Value(tensor=self.b.reduce_sum(self._tensor(ins[0]), axes=axes, keepdims=keep, name=ctx.name))
 
+    def _reduce_extremum(self, ctx, ins, attrs, method, fold):
+        axes, keep = self._reduce_axes(ctx, ins, attrs), bool(attrs.get("keepdims", "INT", 1))
+        if ins[0].is_const:
+            return Value(array=fold(ins[0].array, axis=tuple(axes), keepdims=keep), name=ctx.name)
+        return Value(tensor=getattr(self.b, method)(self._tensor(ins[0]), axes=axes, keepdims=keep, name=ctx.name))
+
+    def _op_ReduceMax(self, ctx, ins, attrs):
+        return self._reduce_extremum(ctx, ins, attrs, "reduce_max", np.max)
+
+    def _op_ReduceMin(self, ctx, ins, attrs):
+        return self._reduce_extremum(ctx, ins, attrs, "reduce_min", np.min)
+
+    def _op_Softmax(self, ctx, ins, attrs):
+        """exp(x - max) / sum over ``axis`` (opset 13); before opset 13 over every axis from
+        ``axis`` on (the input seen as 2-D)."""
+        t = self._tensor(ins[0])
+        r = t.ndim
+        axis = _axis(ctx, attrs.get("axis", "INT", -1 if self.opset >= 13 else 1), r)
+        axes = [axis] if self.opset >= 13 else list(range(axis, r))
+        b = self.b
+        shifted = b.exp(b.subtract(t, b.reduce_max(t, axes=axes, keepdims=True)))
+        return Value(tensor=b.divide(shifted, b.reduce_sum(shifted, axes=axes, keepdims=True), name=ctx.name))
+
+    def _op_Pow(self, ctx, ins, attrs):
+        """Powers with a constant exponent that products, square roots and quotients give exactly
+        (0.5, 1, 2, 3, -0.5, -1); others are not imported."""
+        x, y = ins
+        if x.is_const and y.is_const:
+            return Value(array=np.power(x.array, y.array), name=ctx.name)
+        if not y.is_const or y.array.size != 1 or float(y.array.reshape(-1)[0]) not in (0.5, 1, 2, 3, -0.5, -1):
+            raise OnnxImportError(f"{ctx.where}: only constant exponents 0.5, 1, 2, 3, -0.5 and -1 are imported")
+        t, e = self._tensor(x), float(y.array.reshape(-1)[0])
+        b = self.b
+        if not t.dtype.is_float and e != int(e) or e < 0 and not t.dtype.is_float:
+            raise OnnxImportError(f"{ctx.where}: exponent {e} of {t.dtype} is not imported")
+        base = b.sqrt(t) if abs(e) == 0.5 else t if abs(e) == 1 else b.multiply(t, t) if abs(e) == 2 else \
+            b.multiply(b.multiply(t, t), t)
+        if e < 0:
+            return Value(tensor=b.divide(b.fill_constant((), 1, t.dtype), base, name=ctx.name))
+        return Value(tensor=b.reshape(base, tuple(base.shape), name=ctx.name))
+
     def _op_ReduceMean(self, ctx, ins, attrs):
         axes, keep = self._reduce_axes(ctx, ins, attrs), bool(attrs.get("keepdims", "INT", 1))
         t = self._tensor(ins[0])
@@ -386,5 +431,19 @@ def _binary_handler(op):
     return handler
 
 
+def _function_handler(op):
+    def handler(self, ctx, ins, attrs):
+        method, fold = _FUNCTIONS[op]
+        (x,) = ins
+        if x.is_const:
+            with np.errstate(all="ignore"):
+                return Value(array=np.asarray(fold(x.array)).astype(x.array.dtype), name=ctx.name)
+        return Value(tensor=getattr(self.b, method)(self._tensor(x), name=ctx.name))
+    handler.__name__ = f"_op_{op}"
+    return handler
+
+
 for _op in _BINARY:
     setattr(ExporterOps, f"_op_{_op}", _binary_handler(_op))
+for _op in _FUNCTIONS:
+    setattr(ExporterOps, f"_op_{_op}", _function_handler(_op))
