@@ -22,7 +22,7 @@ from .compiler import compile as compile_program
 from .errors import CinnliteError, InputError, InputTypeError
 from .frontend.onnx import (SUPPORTED_OPS, OnnxImportError, _onnx, graph_inputs, import_onnx, load_model,
                             unsupported_reason)
-from .runtime.executable import host_array
+from .runtime.executable import host_array, input_name_mismatch
 
 CINNLITE, ORT = "cinnlite", "onnxruntime"
 
@@ -155,7 +155,6 @@ class InferenceSession:
         onnx = _onnx()
         tt = vi.type.tensor_type
         type_name = onnx.TensorProto.DataType.Name(tt.elem_type).lower() if tt.elem_type else "undefined"
-        type_name = {"float": "float", "double": "double"}.get(type_name, type_name)
         shape = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tt.shape.dim] \
             if tt.HasField("shape") else None
         return NodeArg(vi.name, f"tensor({type_name})", shape)
@@ -176,13 +175,9 @@ class InferenceSession:
     def _feed(self, feed: dict) -> dict:
         if not isinstance(feed, dict):
             raise InputError("run() takes a dict of input name -> array")
-        declared = {d.name for d in self._inputs}
-        missing = [n for n in declared if n not in feed]
-        unknown = [n for n in feed if n not in declared]
-        if missing or unknown:
-            raise InputError("; ".join(p for p in (
-                missing and "missing input(s) " + ", ".join(map(repr, sorted(missing))),
-                unknown and "unknown input(s) " + ", ".join(map(repr, sorted(unknown)))) if p))
+        mismatch = input_name_mismatch([d.name for d in self._inputs], feed)
+        if mismatch:
+            raise InputError(mismatch)
         arrays = {}
         for d in self._inputs:
             a = host_array(feed[d.name], f"input '{d.name}'")

@@ -28,6 +28,7 @@ from .errors import InputError
 from .ir.graph import Program
 from .ir.symbolic import evaluate_shape, symbols_of
 from .runtime.cache import program_fingerprint
+from .runtime.executable import input_name_mismatch
 
 _OPS: dict = {}
 _LOCK = threading.Lock()
@@ -55,12 +56,9 @@ class Function:
         self.op = _operator(self, program_fingerprint(program), target)
 
     def __call__(self, **tensors):
-        missing = [n for n in self.input_names if n not in tensors]
-        unknown = [n for n in tensors if n not in self.input_names]
-        if missing or unknown:
-            raise InputError(f"program '{self.program.name}': " + "; ".join(
-                part for part in (missing and "missing input(s) " + ", ".join(map(repr, missing)),
-                                  unknown and "unknown input(s) " + ", ".join(map(repr, unknown))) if part))
+        mismatch = input_name_mismatch(self.input_names, tensors)
+        if mismatch:
+            raise InputError(f"program '{self.program.name}': {mismatch}")
         outs = self.op([tensors[n] for n in self.input_names])
         return outs[0] if len(outs) == 1 else tuple(outs)
 
@@ -171,7 +169,7 @@ class _Backward:
         flags = needs if isinstance(needs, (tuple, list)) else [needs] * len(tensors)
         wrt = tuple(t.name for t, need in zip(fn.program.inputs, flags) if need and differentiable(t))
         if not wrt:
-            return (None,) * 1
+            return (None,)
         cotangents = [g if g is not None else torch.zeros(shape, dtype=_torch_dtype(t.dtype), device=tensors[0].device)
                       for g, t, shape in zip(grads, fn.program.outputs, _output_shapes(fn.program, tensors))
                       if differentiable(t)]

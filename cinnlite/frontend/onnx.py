@@ -37,12 +37,19 @@ SUPPORTED_OPS = ("Gather", "GatherElements", "GatherND", "Scatter", "ScatterElem
                  "TensorScatter", "Constant", "Identity", "Cast", "Reshape") + EXPORTER_OPS
 
 
+def _node_label(index: int, node) -> str:
+    """How errors name a node: by its name, or by its position and first output."""
+    if node.name:
+        return f"node '{node.name}' ({node.op_type})"
+    return f"node {index} ({node.op_type}, output '{node.output[0] if node.output else '?'}')"
+
+
 def unsupported_reason(node) -> str | None:
     """Why the importer cannot take ``node``, or None where it can (its attributes and shapes are
     checked when it is imported)."""
     if node.domain not in ("", "ai.onnx"):
         return f"operators of domain '{node.domain}' are not supported"
-    if node.op_type not in SUPPORTED_OPS or not hasattr(_Importer, f"_op_{node.op_type}"):
+    if node.op_type not in SUPPORTED_OPS:
         return f"operator {node.op_type} is not supported"
     return None
 
@@ -405,8 +412,7 @@ class _Importer(ExporterOps):
         if not lacking:
             return
         k, first = lacking[0]
-        where = f"node '{first.name}' ({first.op_type})" if first.name else \
-            f"node {k} ({first.op_type}, output '{first.output[0] if first.output else '?'}')"
+        where = _node_label(k, first)
         counts = Counter(n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}.{n.op_type}" for _, n in lacking)
         raise OnnxImportError(f"{where}: {unsupported_reason(first)}; the model's operators cinnlite does not import: "
                               + ", ".join(f"{op} x{c}" for op, c in sorted(counts.items()))
@@ -414,15 +420,9 @@ class _Importer(ExporterOps):
                               + ", ".join(SUPPORTED_OPS))
 
     def _import_node(self, index: int, node):
+        """Import one node; ``_check_supported`` has seen every node of its graph."""
         op = node.op_type
-        where = f"node '{node.name}' ({op})" if node.name else \
-            f"node {index} ({op}, output '{node.output[0] if node.output else '?'}')"
-        if node.domain not in ("", "ai.onnx"):
-            raise OnnxImportError(f"{where}: operators of domain '{node.domain}' are not supported; "
-                                  f"supported: {', '.join(SUPPORTED_OPS)} of the default domain")
-        handler = getattr(self, f"_op_{op}", None)
-        if op not in SUPPORTED_OPS or handler is None:
-            raise OnnxImportError(f"{where}: operator {op} is not supported; supported: {', '.join(SUPPORTED_OPS)}")
+        where = _node_label(index, node)
         schema = self._schema(where, op)
         attrs = _Attributes(self.onnx, where, node, schema, self.opset, self._to_array)
         inputs = list(node.input)
@@ -441,6 +441,7 @@ class _Importer(ExporterOps):
                 values.append(self.env[name])
         if op == "If":
             return self._fold_if(where, node, values, attrs)
+        handler = getattr(self, f"_op_{op}")
         outputs = [o for o in node.output if o]
         if len(outputs) != 1:
             raise OnnxImportError(f"{where}: expected one output, got {len(outputs)}")

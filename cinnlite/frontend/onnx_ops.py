@@ -76,9 +76,6 @@ class ExporterOps:
             return _const_ints(ctx, ins[index], "axes")
         return attrs.get("axes", "INTS", None)
 
-    def _op_If(self, ctx, ins, attrs):  # pragma: no cover - the importer folds If itself (_fold_if)
-        raise AssertionError("If is folded by the importer")
-
     # -- shapes ----------------------------------------------------------------------------------------
 
     def _op_Shape(self, ctx, ins, attrs):

@@ -81,6 +81,17 @@ class BufferPool:
 _HOST_DEVICES = (1, 3)
 
 
+def input_name_mismatch(expected, given) -> str | None:
+    """``"missing input(s) 'a'; unknown input(s) 'b'"`` for the names ``given`` lacks or adds
+    against ``expected`` (both in their order), or None when they match: the one wording of
+    every call that takes inputs by name (executables, ``cl.torch``, ``cl.onnx``)."""
+    missing = [n for n in expected if n not in given]
+    unknown = [n for n in given if n not in expected]
+    parts = [f"{label} input(s) " + ", ".join(repr(n) for n in names)
+             for label, names in (("missing", missing), ("unknown", unknown)) if names]
+    return "; ".join(parts) or None
+
+
 def host_array(value, name: str = "input") -> np.ndarray:
     """``value`` as a numpy array: itself, the same memory for any array with ``__dlpack__`` on
     the host (PyTorch, JAX, CuPy's pinned memory), or what ``np.asarray`` makes of it. Device
@@ -195,16 +206,10 @@ class Executable:
         return self._check_inputs_slow(kwargs)
 
     def _check_inputs_slow(self, kwargs: dict) -> dict:
-        missing = [n for n, _, _ in self._inputs if n not in kwargs]
-        unknown = [n for n in kwargs if n not in self._input_names]
-        if missing or unknown:
-            parts = []
-            if missing:
-                parts.append("missing input(s) " + ", ".join(repr(n) for n in missing))
-            if unknown:
-                parts.append("unknown input(s) " + ", ".join(repr(n) for n in unknown))
+        mismatch = input_name_mismatch([n for n, _, _ in self._inputs], kwargs)
+        if mismatch:
             expected = ", ".join(f"{n}: {dt.name}{list(s)}" for n, s, dt in self._inputs)
-            raise InputError(f"program '{self.program.name}': {'; '.join(parts)} (expects {expected})")
+            raise InputError(f"program '{self.program.name}': {mismatch} (expects {expected})")
         arrays = {}
         for name, shape, dtype in self._inputs:
             value = kwargs[name]
