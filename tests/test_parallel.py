@@ -89,3 +89,81 @@ def test_raise_reports_the_first_bad_position_whatever_the_split(threads, bad_po
     first = min(bad_positions)
     assert info.value.position == (first,)
     assert info.value.value == I[first]
+
+
+# -- the native pool -------------------------------------------------------------------------------
+
+native_pool = pytest.importorskip("cinnlite.runtime.native_pool")
+
+
+def _posted_stages() -> int:
+    """How many stages the native pool has run split (its sequence number moves by 2 a stage)."""
+    return int(native_pool.shared_native_pool()._record[native_pool.SEQ]) // 2
+
+
+def _take_program(rows, n):
+    b = NetBuilder("native_take")
+    x = b.create_input("float32", (rows, 16), "x")
+    i = b.create_input("int64", (n,), "i")
+    return b.build([b.take(x, i, axis=0)])
+
+
+def _native() -> bool:
+    pool = native_pool.shared_native_pool()
+    return pool is not None and pool.native
+
+
+@pytest.mark.skipif("not _native()", reason="no futex here: stages split on the Python pool")
+@pytest.mark.parametrize("symbolic", [False, True])
+def test_main_splits_big_stages_on_the_native_pool(symbolic):
+    """A big stage runs split by the program's main (static and symbolic sizes alike); a small
+    one runs whole on the caller; a one-thread executable never splits."""
+    rng = np.random.default_rng(5)
+    prog = _take_program("R", "E") if symbolic else _take_program(1000, N)
+    x, i = rng.standard_normal((1000, 16)).astype(np.float32), rng.integers(0, 1000, N)
+    exe = cl.compile(prog, threads=2)
+    assert not any(exe._python_splits)
+    before = _posted_stages()
+    np.testing.assert_array_equal(exe(x=x, i=i), x[i])
+    assert _posted_stages() > before
+    if symbolic:
+        before = _posted_stages()
+        np.testing.assert_array_equal(exe(x=x, i=i[:100]), x[i[:100]])
+        assert _posted_stages() == before
+    before = _posted_stages()
+    np.testing.assert_array_equal(cl.compile(prog, threads=1)(x=x, i=i), x[i])
+    assert _posted_stages() == before
+
+
+def test_threads_calling_at_once_all_get_their_own_right_results():
+    """Callers on several Python threads share one pool: one at a time splits its stage, the
+    others run theirs whole; every result is right, also when an index is bad."""
+    import threading
+
+    prog = _take_program(1000, N)
+    exe = cl.compile(prog, threads=2)
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((1000, 16)).astype(np.float32)
+    failures = []
+
+    def caller(seed):
+        local = np.random.default_rng(seed)
+        for round_ in range(20):
+            i = local.integers(0, 1000, N)
+            if round_ % 5 == 4:
+                i[seed * 100 + round_] = 5000
+                try:
+                    exe(x=x, i=i)
+                    failures.append("no error")
+                except cl.IndexOutOfRangeError as exc:
+                    if exc.position != (seed * 100 + round_,):
+                        failures.append(exc.position)
+            elif not np.array_equal(exe(x=x, i=i), x[i]):
+                failures.append(seed)
+
+    threads = [threading.Thread(target=caller, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures

@@ -23,7 +23,7 @@ from ..dtypes import DType, float16, float32
 from ..ir.loopnest import (Binary, Buffer, Cast, Cmp, Const, FlagIndexError, Math, For, If, Let, Load,
                            LoweredProgram, Reduce, ReportIndexError, Select, Seq, Store, Var)
 from ..ir.passes import RANGE_BEGIN, RANGE_END
-from ..ir.schedule_cpu import stage_extent, stage_work
+from ..ir.schedule_cpu import CHUNKS_PER_THREAD, PARALLEL_MIN_WORK, stage_extent, stage_work
 from ..ir.symbolic import is_symbol_load
 from ..ir.transform import buffers_of, kernel_stages, map_stmt, walk_stmt
 from .error_record import FIRST_FAILURE
@@ -86,6 +86,43 @@ class StageInfo:
                    # stage returned FLAGGED) or "parallel_rows" (split by output row)
     extent: object  # size of the dimension [begin, end) ranges over (int, or a symbolic size's expression)
     work: object    # innermost iterations of the whole stage (int, or an expression)
+
+    @property
+    def split_in_main(self) -> bool:
+        """Whether main splits this stage across threads itself (through ``cinnlite_parallel``,
+        ``runtime/native_pool.py``) when it is big enough: a stage that may be split, whose
+        extent and work main can compute from the sizes."""
+        return self.kind != "serial" and _size_renderable(self.extent) and _size_renderable(self.work)
+
+
+#: The global of every module that holds the thread count its main may split stages across;
+#: the runtime sets it after loading the code (1 until then, and where there is no native pool).
+THREADS_GLOBAL = "cinnlite_threads"
+PARALLEL_FUNCTION = "cinnlite_parallel"
+_SIZE_OPS = ("add", "sub", "mul", "min", "max")
+
+
+def _size_renderable(size) -> bool:
+    """Whether ``_size_value`` can compute ``size`` in main: a number, a symbolic size, or sums,
+    differences, products, minima and maxima of them."""
+    if isinstance(size, int) or isinstance(size, Const) or is_symbol_load(size):
+        return True
+    return isinstance(size, Binary) and size.op in _SIZE_OPS and _size_renderable(size.a) and _size_renderable(size.b)
+
+
+def _size_value(b: ir.IRBuilder, size, table, slots: dict):
+    """``size`` (see ``_size_renderable``) computed from the symbols' slots of the buffer table."""
+    if isinstance(size, int):
+        return ir.Constant(I64, size)
+    if isinstance(size, Const):
+        return ir.Constant(I64, int(size.value))
+    if is_symbol_load(size):
+        slot = b.gep(table, [ir.Constant(I64, slots[size.buffer.name])], source_etype=PTR)
+        return b.load(b.load(slot, typ=PTR), typ=I64)
+    x, y = _size_value(b, size.a, table, slots), _size_value(b, size.b, table, slots)
+    if size.op in ("min", "max"):
+        return b.select(b.icmp_signed("<" if size.op == "min" else ">", x, y), x, y)
+    return {"add": b.add, "sub": b.sub, "mul": b.mul}[size.op](x, y)
 
 
 def stage_plan(program: LoweredProgram) -> list:
@@ -470,6 +507,17 @@ class _KernelEmitter:
         return self.fn
 
 
+def _module_global(module, name: str, initial: int):
+    """The module's int64 global ``name`` (made on first use, exported for the runtime)."""
+    existing = module.globals.get(name)
+    if existing is not None:
+        return existing
+    var = ir.GlobalVariable(module, I64, name)
+    var.initializer = ir.Constant(I64, initial)
+    var.align = 8
+    return var
+
+
 def _checks_only(stage):
     """``stage`` with every check id set to 0, if all it does is check indices (it stores
     nothing); None if it stores anything. Two such stages that are equal check the same
@@ -545,11 +593,11 @@ class LLVMRenderer(Renderer):
                 # Only after a stage flagged a possibly bad index: find and report it.
                 was_flagged = b.icmp_signed("!=", b.load(flagged, typ=I32), ir.Constant(I32, 0))
                 with b.if_then(was_flagged, likely=False):
-                    status = b.call(fn, args)
+                    status = self._run_stage(b, module, info, fn, args, slots)
                     with b.if_then(b.icmp_signed("!=", status, ir.Constant(I32, 0))):
                         b.ret(status)
                 continue
-            status = b.call(fn, args)
+            status = self._run_stage(b, module, info, fn, args, slots)
             with b.if_then(b.icmp_signed("==", status, ir.Constant(I32, FLAGGED)), likely=False):
                 b.store(ir.Constant(I32, FLAGGED), flagged)
             failed = b.icmp_signed("==", status, ir.Constant(I32, ERROR))
@@ -565,6 +613,36 @@ class LLVMRenderer(Renderer):
             add_half_support(module)
             text = str(module)
         return text
+
+    @staticmethod
+    def _run_stage(b: ir.IRBuilder, module, info: StageInfo, fn, args, slots: dict):
+        """Call a stage from main: whole, or, where it is big enough and the module's thread
+        count is above one, split through ``cinnlite_parallel`` (one chunk per thread for an
+        update nest, whose every chunk walks all updates; ``CHUNKS_PER_THREAD`` otherwise, so
+        that the caller runs more of them while a helper wakes up)."""
+        static = isinstance(info.extent, int) and isinstance(info.work, int)
+        if not info.split_in_main or static and (info.work < PARALLEL_MIN_WORK or info.extent < 2):
+            return b.call(fn, args)
+        threads = b.load(_module_global(module, THREADS_GLOBAL, 1), typ=I64)
+        extent = _size_value(b, info.extent, args[0], slots)
+        work = _size_value(b, info.work, args[0], slots)
+        split = b.and_(b.icmp_signed(">", threads, ir.Constant(I64, 1)),
+                       b.and_(b.icmp_signed(">=", work, ir.Constant(I64, PARALLEL_MIN_WORK)),
+                              b.icmp_signed(">=", extent, ir.Constant(I64, 2))))
+        parallel = module.globals.get(PARALLEL_FUNCTION) or ir.Function(
+            module, ir.FunctionType(I32, [PTR, PTR, I64, I64, I64, PTR]), PARALLEL_FUNCTION)
+        per_thread = 1 if info.kind == "parallel_rows" else CHUNKS_PER_THREAD
+        with b.if_else(split) as (then, otherwise):
+            with then:
+                split_block = b.block
+                split_status = b.call(parallel, [fn, args[0], extent, ir.Constant(I64, per_thread), threads, args[3]])
+            with otherwise:
+                whole_block = b.block
+                whole_status = b.call(fn, args)
+        status = b.phi(I32)
+        status.add_incoming(split_status, split_block)
+        status.add_incoming(whole_status, whole_block)
+        return status
 
     @staticmethod
     def _nothing_to_do(module, name: str):

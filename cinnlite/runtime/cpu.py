@@ -21,12 +21,14 @@ import numpy as np
 
 from ..codegen import llvm_call
 from ..codegen.error_record import FIRST_FAILURE
-from ..codegen.llvm import ERROR, FLAGGED, OK, LLVMRenderer, stage_plan
+from ..codegen.llvm import ERROR, FLAGGED, OK, THREADS_GLOBAL, LLVMRenderer, stage_plan
 from ..errors import CompileError
 from ..ir.loopnest import LoweredProgram
+from ..ir.schedule_cpu import PARALLEL_MIN_WORK
 from .cache import compiler_source_digest
 from .executable import POOL_MIN_BYTES, Executable, OutArrays
 from .native_call import GENERAL, HOLD_GIL_MAX_WORK, FastPlan, NativeCall, array_layout_confirmed, register_symbols
+from .native_pool import register_pool, shared_native_pool
 from .workers import MAX_THREADS, check_threads, shared_pool
 
 #: Serialises cinnlite's use of LLVM (one global context) by compiles and assembly printing.
@@ -47,6 +49,7 @@ def _llvm():
                 platform.machine()  # llvmlite asks for it per engine; the first call is slow
                 register_symbols(llvm)
                 _INITIALISED = True
+                register_pool(llvm, jit_module)
     return llvm
 
 
@@ -75,6 +78,22 @@ def _quiesce_llvm_across_fork():
 
 if hasattr(os, "register_at_fork"):
     _quiesce_llvm_across_fork()
+
+
+def jit_module(text: str, symbols: dict):
+    """An MCJIT engine holding ``text`` (LLVM IR) compiled for this CPU, with ``symbols`` (name ->
+    address) resolved first: for the runtime's own machine code (``native_pool``), not for
+    programs, which go through ``build_module`` and the disk cache."""
+    llvm = _llvm()
+    with _LOCK:
+        for name, address in symbols.items():
+            llvm.add_symbol(name, address)
+        module = llvm.parse_assembly(text)
+        module.triple = _host()[0]
+        module.verify()
+        engine = llvm.create_mcjit_compiler(module, host_target_machine(2))
+        engine.finalize_object()
+    return engine
 
 
 @functools.lru_cache(maxsize=None)
@@ -150,10 +169,6 @@ _STAGE = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_int64, ctype
 
 #: ``np.empty``, looked up once: the fast path allocates its outputs with it on every call.
 _empty = np.empty
-
-#: A stage with fewer innermost iterations than this runs on the calling thread alone:
-#: below it, handing chunks to other threads costs more than it saves.
-PARALLEL_MIN_WORK = 1 << 15
 
 #: The objects entry passes array objects through ctypes; past this many buffers use the table.
 MAX_OBJECT_ARGS = 64
@@ -287,6 +302,7 @@ class _MachineCode:
     entry: int           # the address of cinnlite_main
     objects_entry: int   # the address of cinnlite_main_objects, or 0
     stages: list         # (StageInfo, callable) in execution order
+    threads_global: int  # the address of the module's thread count (codegen.llvm.THREADS_GLOBAL), or 0
 
 
 def _load(built: CPUBuild, lowered: LoweredProgram) -> _MachineCode:
@@ -303,11 +319,24 @@ def _load(built: CPUBuild, lowered: LoweredProgram) -> _MachineCode:
         except RuntimeError as exc:
             raise CompileError(f"cannot load the machine code: {exc}") from exc
         address = {name: engine.get_function_address(name) for name in symbols}
+        threads_global = engine.get_global_value_address(THREADS_GLOBAL)
     missing = [name for name in symbols if not address[name]]
     if missing:
         raise CompileError(f"the machine code lacks {', '.join(missing)}")
     stages = [(info, _STAGE(address[info.symbol])) for info in plan]
-    return _MachineCode(engine, address[LLVMRenderer.entry], address.get(LLVMRenderer.objects_entry, 0), stages)
+    return _MachineCode(engine, address[LLVMRenderer.entry], address.get(LLVMRenderer.objects_entry, 0), stages,
+                        threads_global)
+
+
+#: ``NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED | NPY_ARRAY_WRITEABLE``: what an ``out=`` array
+#: needs to be written by the code as it is.
+_WRITABLE_IN_PLACE = 0x0001 | 0x0100 | 0x0400
+
+
+def _fits(out, call: FastPlan) -> bool:
+    """Whether ``out`` is an array the fast call could have allocated for its one output."""
+    return (type(out) is np.ndarray and out.shape == call.shape and out.dtype == call.dtype
+            and out.flags.num & _WRITABLE_IN_PLACE == _WRITABLE_IN_PLACE)
 
 
 class CPUExecutable(Executable):
@@ -335,6 +364,14 @@ class CPUExecutable(Executable):
         self._parallel = self.threads > 1 and any(
             info.kind != "serial" and (not isinstance(info.work, int) or info.work >= PARALLEL_MIN_WORK)
             and (not isinstance(info.extent, int) or info.extent > 1) for info, _ in code.stages)
+        # Stages main splits itself, on the native pool; the others (all of them where there is
+        # no native pool) are split by ``_run_stages`` on the Python pool.
+        pool = shared_native_pool()
+        native = pool is not None and pool.native and self._parallel
+        self._python_splits = [not (native and info.split_in_main) for info, _ in code.stages]
+        if native and code.threads_global:
+            ctypes.c_int64.from_address(code.threads_global).value = self.threads
+            pool.grow(self.threads - 1)
         sources = {"graph": str(program), "lowered": lowered_text, "llvm": built.llvm}
         # Functions of the executable: a bound method would be a cycle.
         lazy = {"llvm_opt": CPUExecutable._llvm_opt, "asm": CPUExecutable._asm}
@@ -367,9 +404,8 @@ class CPUExecutable(Executable):
 
         A call runs through the call entry (``native_call``) once its sizes have a plan;
         the entry declines whatever it does not take as it is, and the general path then
-        converts, explains or raises as it always does."""
-        if out is not None:
-            return super().__call__(out, **inputs)
+        converts, explains or raises as it always does. ``out=`` takes the entry too where it
+        is one array the output could have been allocated as, sharing no memory with an input."""
         fast = self._fast
         if fast is not None and len(inputs) == fast.n_inputs:
             try:
@@ -379,17 +415,22 @@ class CPUExecutable(Executable):
                 call = GENERAL
             else:
                 call = plan.fast if plan.fast is not None else self._fast_plan(plan)
-            if call.single:
+            if out is not None:
+                if call.single and _fits(out, call) and not any(np.may_share_memory(out, a) for a in arrays):
+                    if call.function(*arrays, *call.fixed, out) is out:
+                        return out
+            elif call.single:
                 out = _empty(call.shape, call.dtype)
                 if call.function(*arrays, *call.fixed, out) is out:
                     return out
+                out = None
             elif call.runs:
                 outs = list(map(_empty, call.shapes, call.dtypes))
                 if call.function(*arrays, *call.fixed, *outs) is outs[0]:
                     return outs[0] if call.n_outputs == 1 else tuple(outs[:call.n_outputs])
             elif call.specialised is not None:
-                return call.specialised(**inputs)
-        return super().__call__(**inputs)
+                return call.specialised(out, **inputs)
+        return super().__call__(out, **inputs)
 
     def _fast_plan(self, plan) -> FastPlan:
         """What the fast path needs for ``plan``'s sizes, made once per plan: the static
@@ -417,8 +458,9 @@ class CPUExecutable(Executable):
 
     def _splits(self, plan) -> bool:
         """Whether ``_run_stages`` would split a stage of a call of ``plan``'s sizes across threads."""
-        return self.threads > 1 and any(info.kind != "serial" and work >= PARALLEL_MIN_WORK and extent >= 2
-                                        for (info, _), (extent, work) in zip(self._stages, self._stage_sizes(plan)))
+        return self.threads > 1 and any(python and info.kind != "serial" and work >= PARALLEL_MIN_WORK and extent >= 2
+                                        for (info, _), (extent, work), python
+                                        in zip(self._stages, self._stage_sizes(plan), self._python_splits))
 
     def _run(self, arrays: dict, plan, outputs: dict | None = None) -> dict:
         buffers = self._allocate(arrays, plan, outputs)
@@ -453,10 +495,10 @@ class CPUExecutable(Executable):
     def _run_stages(self, table: int, err: int, sizes: list) -> int:
         """Run stage after stage; split the big parallel ones into one chunk per thread."""
         flagged = False
-        for (info, fn), (extent, work) in zip(self._stages, sizes):
+        for (info, fn), (extent, work), python in zip(self._stages, sizes, self._python_splits):
             if info.kind == "deferred_check" and not flagged:
                 continue
-            if info.kind == "serial" or work < PARALLEL_MIN_WORK or extent < 2:
+            if not python or info.kind == "serial" or work < PARALLEL_MIN_WORK or extent < 2:
                 status = fn(table, 0, extent, err)
             else:
                 status = self._run_split(extent, fn, table, err)
@@ -467,18 +509,24 @@ class CPUExecutable(Executable):
         return OK
 
     def _run_split(self, extent: int, fn, table: int, err: int) -> int:
-        """One stage in ``min(threads, extent)`` chunks on the worker pool. Every chunk reports
-        into its own error slots; the first chunk that failed holds the first bad position in
-        row-major order. The pool returns only once no chunk runs any more, also when an
-        exception (Ctrl-C) cuts the call short: ``table``, ``errs`` and the buffers stay alive
-        until then."""
+        """One stage in ``min(threads, extent)`` chunks on the Python worker pool (where the
+        program's main cannot split it on the native pool). Every chunk reports into its own
+        error slots; the first chunk that failed holds the first bad position in row-major
+        order. The pool returns only once no chunk runs any more, also when an exception
+        (Ctrl-C) cuts the call short: ``table``, ``errs`` and the buffers stay alive until then."""
         n = min(self.threads, extent)
         bounds = [extent * k // n for k in range(n + 1)]
         errs = np.zeros((n, FIRST_FAILURE.size), np.int64)
         base, size = errs.ctypes.data, FIRST_FAILURE.nbytes
         statuses = shared_pool().run(lambda k: fn(table, bounds[k], bounds[k + 1], base + size * k), n, self.threads)
+        return self._first_status(statuses, errs, err)
+
+    @staticmethod
+    def _first_status(statuses: list, errs: np.ndarray, err: int) -> int:
+        """The status of a split stage: the first failed chunk's error (copied to ``err``), else
+        whether any chunk flagged a bad index."""
         for k, st in enumerate(statuses):
             if st == ERROR:
-                ctypes.memmove(err, base + size * k, size)
+                ctypes.memmove(err, errs[k].ctypes.data, FIRST_FAILURE.nbytes)
                 return ERROR
         return FLAGGED if FLAGGED in statuses else OK

@@ -1,4 +1,5 @@
-"""The worker threads that run the chunks of parallel CPU stages.
+"""The Python worker threads that run the chunks of parallel CPU stages where there is no native
+pool (``native_pool.py``: not Linux on x86-64 or AArch64), and the start of helper threads both use.
 
 One process-wide pool serves every executable and every ``threads`` value: it grows to the
 most helpers any call has asked for (``MAX_THREADS - 1`` at most) and never shrinks, so
@@ -109,6 +110,25 @@ class Batch:
                 continue
 
 
+def start_helpers(target, args_of, name: str, have: int, wanted: int, failed: bool) -> tuple[int, bool]:
+    """Start daemon threads running ``target(*args_of(k))`` until there are ``wanted``; returns
+    (how many there are, whether a start failed). A thread that cannot be started (a process or
+    memory limit) gives a ThreadStartWarning once; calls then use the helpers there are, down to
+    none (the caller alone), and no further start is tried."""
+    while have < wanted and not failed:
+        thread = threading.Thread(target=target, args=args_of(have), name=f"{name}-{have}", daemon=True)
+        try:
+            thread.start()
+        except RuntimeError as exc:
+            failed = True
+            warnings.warn(ThreadStartWarning(
+                f"could not start CPU worker thread {have + 1} of {wanted} ({exc}); parallel calls "
+                f"now run on at most {have + 1} thread(s)"))
+        else:
+            have += 1
+    return have, failed
+
+
 class WorkerPool:
     """Helper threads that run ``Batch`` chunks next to the threads that call executables."""
 
@@ -119,21 +139,10 @@ class WorkerPool:
         self._start_failed = False
 
     def _grow(self, wanted: int):
-        """Start helpers until there are ``wanted``. A thread that cannot be started (a process
-        or memory limit) gives a ThreadStartWarning once; calls then use the helpers there are,
-        down to none (the caller alone), and no further start is tried."""
+        """Start helpers until there are ``wanted`` (see ``start_helpers``)."""
         with self._lock:
-            while self._helpers < wanted and not self._start_failed:
-                thread = threading.Thread(target=self._serve, name=f"cinnlite-worker-{self._helpers}", daemon=True)
-                try:
-                    thread.start()
-                except RuntimeError as exc:
-                    self._start_failed = True
-                    warnings.warn(ThreadStartWarning(
-                        f"could not start CPU worker thread {self._helpers + 1} of {wanted} ({exc}); parallel calls "
-                        f"now run on at most {self._helpers + 1} thread(s)"))
-                else:
-                    self._helpers += 1
+            self._helpers, self._start_failed = start_helpers(
+                self._serve, lambda k: (), "cinnlite-worker", self._helpers, wanted, self._start_failed)
 
     def _serve(self):
         while True:

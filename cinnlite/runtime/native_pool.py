@@ -1,0 +1,429 @@
+"""A worker pool in machine code for the chunks of parallel CPU stages.
+
+Why not Python threads: a helper blocked on a Python lock wakes through the kernel, then needs
+the GIL to claim a chunk, and the caller sleeps again until the helper's chunk is done; on a
+virtual machine each of those wake-ups costs tens of microseconds, so a stage of a few hundred
+microseconds ran no faster, or slower, on two threads than on one. Here the helpers are native
+loops, started once from Python threads that enter them through ctypes and never come back:
+they spin for ``SPIN_US`` after every stage (the next stage of a call, or the next call, finds
+them awake), then sleep on a futex. The caller posts a stage, takes chunks itself next to the
+helpers, and waits by spinning for the last chunk; it never waits for a helper to wake: a chunk
+no helper has claimed yet is the caller's to run. Nothing in a stage touches Python or the GIL.
+
+Chunks are claimed one by one from a shared counter, so a helper that wakes late takes fewer
+of them. Posting a stage uses a sequence number (odd while the stage is being written): a
+helper that saw an older stage and joins late finds it finished and leaves; the caller writes
+a new stage only once no helper is inside the previous one.
+
+Programs reach the pool through ``cinnlite_parallel``, which the runtime registers with LLVM
+before loading any program: a program's main calls it for every stage big enough to split
+(``codegen/llvm.py``), with the thread count the runtime wrote into the module's
+``cinnlite_threads``. The pool needs Linux's futex on x86-64 or AArch64; elsewhere
+``cinnlite_parallel`` runs every stage whole, and the runtime splits stages on the Python pool
+of ``workers.py`` instead.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import platform
+import sys
+import threading
+import time
+
+import numpy as np
+
+from .workers import start_helpers
+
+#: How long a helper spins for the next stage before it sleeps.
+SPIN_US = 200
+
+#: Slot offsets (in int64 words) of the pool's shared record; hot words on their own cache line.
+SEQ, ACTIVE, NEXT, REMAINING, SLEEPERS, CALLER = 0, 8, 16, 24, 32, 40
+FN, TABLE, ERR_BASE, ERR_SIZE, STATUSES, EXTENT, CHUNKS, HELPERS, SPINS, STARTED = range(48, 58)
+RECORD_WORDS = 64
+
+_FUTEX = {"x86_64": 202, "aarch64": 98}
+_PAUSE = {"x86_64": ("declare void @llvm.x86.sse2.pause()", "call void @llvm.x86.sse2.pause()"),
+          "aarch64": ("declare void @llvm.aarch64.hint(i32)", "call void @llvm.aarch64.hint(i32 1)")}
+
+_IR = r"""
+@cinnlite_pool_record = global [64 x i64] zeroinitializer, align 64
+declare i64 @syscall(i64, ...)
+{pause_decl}
+
+define internal void @relax() {{
+  {pause}
+  ret void
+}}
+
+; Claim and run chunks of the posted stage until none is left.
+define internal void @run_chunks(ptr %p) {{
+entry:
+  %fn_slot = getelementptr i64, ptr %p, i64 {FN}
+  %fn_i = load i64, ptr %fn_slot
+  %fn = inttoptr i64 %fn_i to ptr
+  %f1 = getelementptr i64, ptr %p, i64 {TABLE}
+  %table = load i64, ptr %f1
+  %f2 = getelementptr i64, ptr %p, i64 {ERR_BASE}
+  %err = load i64, ptr %f2
+  %f3 = getelementptr i64, ptr %p, i64 {ERR_SIZE}
+  %size = load i64, ptr %f3
+  %f4 = getelementptr i64, ptr %p, i64 {STATUSES}
+  %st_i = load i64, ptr %f4
+  %st = inttoptr i64 %st_i to ptr
+  %f5 = getelementptr i64, ptr %p, i64 {EXTENT}
+  %extent = load i64, ptr %f5
+  %f6 = getelementptr i64, ptr %p, i64 {CHUNKS}
+  %chunks = load i64, ptr %f6
+  %next = getelementptr i64, ptr %p, i64 {NEXT}
+  %remaining = getelementptr i64, ptr %p, i64 {REMAINING}
+  br label %claim
+claim:
+  %k = atomicrmw add ptr %next, i64 1 seq_cst
+  %more = icmp slt i64 %k, %chunks
+  br i1 %more, label %run, label %done
+run:
+  %b0 = mul i64 %extent, %k
+  %begin = sdiv i64 %b0, %chunks
+  %k1 = add i64 %k, 1
+  %e0 = mul i64 %extent, %k1
+  %end = sdiv i64 %e0, %chunks
+  %eoff = mul i64 %size, %k
+  %eaddr_i = add i64 %err, %eoff
+  %taddr = inttoptr i64 %table to ptr
+  %eaddr = inttoptr i64 %eaddr_i to ptr
+  %status = call i32 %fn(ptr %taddr, i64 %begin, i64 %end, ptr %eaddr)
+  %sp = getelementptr i32, ptr %st, i64 %k
+  store i32 %status, ptr %sp
+  %r = atomicrmw sub ptr %remaining, i64 1 seq_cst
+  br label %claim
+done:
+  ret void
+}}
+
+; A helper: wait for a stage (spin, then sleep on the futex), join it, run chunks; forever.
+define void @cinnlite_pool_helper(ptr %p, i64 %id) {{
+entry:
+  %seqp = getelementptr i64, ptr %p, i64 {SEQ}
+  %activep = getelementptr i64, ptr %p, i64 {ACTIVE}
+  %sleepp = getelementptr i64, ptr %p, i64 {SLEEPERS}
+  %spinp = getelementptr i64, ptr %p, i64 {SPINS}
+  %seq0 = load atomic i32, ptr %seqp seq_cst, align 8
+  br label %wait
+wait:
+  %seen = phi i32 [ %seq0, %entry ], [ %seen, %spin ], [ %seen, %slept ], [ %g, %skip ], [ %g, %left ]
+  %n = phi i64 [ 0, %entry ], [ %n1, %spin ], [ 0, %slept ], [ 0, %skip ], [ 0, %left ]
+  %g = load atomic i32, ptr %seqp seq_cst, align 8
+  %changed = icmp ne i32 %g, %seen
+  %odd = and i32 %g, 1
+  %even = icmp eq i32 %odd, 0
+  %posted = and i1 %changed, %even
+  br i1 %posted, label %got, label %idle
+idle:
+  %budget = load i64, ptr %spinp
+  %spinning = icmp slt i64 %n, %budget
+  br i1 %spinning, label %spin, label %sleep
+spin:
+  call void @relax()
+  %n1 = add i64 %n, 1
+  br label %wait
+sleep:
+  %s0 = atomicrmw add ptr %sleepp, i64 1 seq_cst
+  %g2 = load atomic i32, ptr %seqp seq_cst, align 8
+  %same = icmp eq i32 %g2, %g
+  br i1 %same, label %futex, label %woke
+futex:
+  %gz = zext i32 %g to i64
+  %fr = call i64 (i64, ...) @syscall(i64 {futex}, ptr %seqp, i64 128, i64 %gz, ptr null)
+  br label %woke
+woke:
+  %s1 = atomicrmw sub ptr %sleepp, i64 1 seq_cst
+  br label %slept
+slept:
+  br label %wait
+got:
+  %f7 = getelementptr i64, ptr %p, i64 {HELPERS}
+  %allowed = load i64, ptr %f7
+  %mine = icmp slt i64 %id, %allowed
+  br i1 %mine, label %join, label %skip
+skip:
+  br label %wait
+join:
+  %a0 = atomicrmw add ptr %activep, i64 1 seq_cst
+  %g3 = load atomic i32, ptr %seqp seq_cst, align 8
+  %current = icmp eq i32 %g3, %g
+  br i1 %current, label %work, label %left
+work:
+  call void @run_chunks(ptr %p)
+  br label %left
+left:
+  %a1 = atomicrmw sub ptr %activep, i64 1 seq_cst
+  br label %wait
+}}
+
+; The caller: post a stage, run chunks next to the helpers, wait for the last one.
+define void @cinnlite_pool_run(ptr %p, i64 %fn, i64 %table, i64 %err, i64 %size, i64 %statuses,
+                               i64 %extent, i64 %chunks, i64 %helpers) {{
+entry:
+  %seqp = getelementptr i64, ptr %p, i64 {SEQ}
+  %activep = getelementptr i64, ptr %p, i64 {ACTIVE}
+  %g = load atomic i32, ptr %seqp seq_cst, align 8
+  %odd = add i32 %g, 1
+  store atomic i32 %odd, ptr %seqp seq_cst, align 8
+  br label %drain
+drain:
+  %a = load atomic i64, ptr %activep seq_cst, align 8
+  %busy = icmp ne i64 %a, 0
+  br i1 %busy, label %drain_wait, label %write
+drain_wait:
+  call void @relax()
+  br label %drain
+write:
+  %f8 = getelementptr i64, ptr %p, i64 {FN}
+  store i64 %fn, ptr %f8
+  %f9 = getelementptr i64, ptr %p, i64 {TABLE}
+  store i64 %table, ptr %f9
+  %f10 = getelementptr i64, ptr %p, i64 {ERR_BASE}
+  store i64 %err, ptr %f10
+  %f11 = getelementptr i64, ptr %p, i64 {ERR_SIZE}
+  store i64 %size, ptr %f11
+  %f12 = getelementptr i64, ptr %p, i64 {STATUSES}
+  store i64 %statuses, ptr %f12
+  %f13 = getelementptr i64, ptr %p, i64 {EXTENT}
+  store i64 %extent, ptr %f13
+  %f14 = getelementptr i64, ptr %p, i64 {CHUNKS}
+  store i64 %chunks, ptr %f14
+  %f15 = getelementptr i64, ptr %p, i64 {HELPERS}
+  store i64 %helpers, ptr %f15
+  %remaining = getelementptr i64, ptr %p, i64 {REMAINING}
+  store atomic i64 %chunks, ptr %remaining seq_cst, align 8
+  %f16 = getelementptr i64, ptr %p, i64 {NEXT}
+  store atomic i64 0, ptr %f16 seq_cst, align 8
+  %even = add i32 %g, 2
+  store atomic i32 %even, ptr %seqp seq_cst, align 8
+  %f17 = getelementptr i64, ptr %p, i64 {SLEEPERS}
+  %sleepers = load atomic i64, ptr %f17 seq_cst, align 8
+  %any = icmp ne i64 %sleepers, 0
+  br i1 %any, label %wake, label %work
+wake:
+  %wr = call i64 (i64, ...) @syscall(i64 {futex}, ptr %seqp, i64 129, i64 2147483647)
+  br label %work
+work:
+  call void @run_chunks(ptr %p)
+  br label %finish
+finish:
+  %left = load atomic i64, ptr %remaining seq_cst, align 8
+  %running = icmp ne i64 %left, 0
+  br i1 %running, label %finish_wait, label %done
+finish_wait:
+  call void @relax()
+  br label %finish
+done:
+  ret void
+}}
+
+; What a program's main calls for a stage it may split: the stage over [0, extent) in chunks on
+; the caller and up to threads - 1 helpers; the stage whole on the caller when there is no
+; helper, or another caller holds the pool. Returns the status of the first failed chunk (its
+; record copied to err), else FLAGGED if any chunk flagged, else OK.
+define i32 @cinnlite_parallel(ptr %fn, ptr %bufs, i64 %extent, i64 %per_thread, i64 %threads, ptr %err) {{
+entry:
+  %p = getelementptr i64, ptr @cinnlite_pool_record, i64 0
+  %one = icmp sle i64 %threads, 1
+  %small = icmp slt i64 %extent, 2
+  %few = or i1 %one, %small
+  br i1 %few, label %serial, label %lock
+lock:
+  %callerp = getelementptr i64, ptr %p, i64 {CALLER}
+  %cas = cmpxchg ptr %callerp, i64 0, i64 1 seq_cst seq_cst
+  %mine = extractvalue {{ i64, i1 }} %cas, 1
+  br i1 %mine, label %sized, label %serial
+sized:
+  %startedp = getelementptr i64, ptr %p, i64 {STARTED}
+  %have = load atomic i64, ptr %startedp seq_cst, align 8
+  %want = sub i64 %threads, 1
+  %less = icmp slt i64 %have, %want
+  %helpers = select i1 %less, i64 %have, i64 %want
+  %none = icmp sle i64 %helpers, 0
+  br i1 %none, label %unlock_serial, label %split
+unlock_serial:
+  store atomic i64 0, ptr %callerp seq_cst, align 8
+  br label %serial
+serial:
+  %whole = call i32 %fn(ptr %bufs, i64 0, i64 %extent, ptr %err)
+  ret i32 %whole
+split:
+  %h1 = add i64 %helpers, 1
+  %per = mul i64 %h1, %per_thread
+  %fewer = icmp slt i64 %extent, %per
+  %chunks = select i1 %fewer, i64 %extent, i64 %per
+  %nerr = mul i64 %chunks, {record}
+  %errs = alloca i64, i64 %nerr, align 8
+  %sts = alloca i32, i64 %chunks, align 4
+  %fn_i = ptrtoint ptr %fn to i64
+  %bufs_i = ptrtoint ptr %bufs to i64
+  %errs_i = ptrtoint ptr %errs to i64
+  %sts_i = ptrtoint ptr %sts to i64
+  call void @cinnlite_pool_run(ptr %p, i64 %fn_i, i64 %bufs_i, i64 %errs_i, i64 {record_bytes}, i64 %sts_i,
+                               i64 %extent, i64 %chunks, i64 %helpers)
+  store atomic i64 0, ptr %callerp seq_cst, align 8
+  br label %scan
+scan:
+  %k = phi i64 [ 0, %split ], [ %k1, %next_chunk ]
+  %flagged = phi i1 [ false, %split ], [ %flagged1, %next_chunk ]
+  %more = icmp slt i64 %k, %chunks
+  br i1 %more, label %look, label %finished
+look:
+  %sp = getelementptr i32, ptr %sts, i64 %k
+  %st = load i32, ptr %sp
+  %failed = icmp eq i32 %st, {error}
+  br i1 %failed, label %copy, label %next_chunk
+next_chunk:
+  %is_flag = icmp eq i32 %st, {flagged}
+  %flagged1 = or i1 %flagged, %is_flag
+  %k1 = add i64 %k, 1
+  br label %scan
+copy:
+  %at = mul i64 %k, {record}
+  %src = getelementptr i64, ptr %errs, i64 %at
+  call void @llvm.memcpy.p0.p0.i64(ptr %err, ptr %src, i64 {record_bytes}, i1 false)
+  ret i32 {error}
+finished:
+  %r = select i1 %flagged, i32 {flagged}, i32 {ok}
+  ret i32 %r
+}}
+
+declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)
+
+; Spin ``n`` times (to measure how long a spin takes here).
+define void @cinnlite_pool_spin(i64 %n) {{
+entry:
+  br label %loop
+loop:
+  %i = phi i64 [ 0, %entry ], [ %i1, %loop ]
+  call void @relax()
+  %i1 = add i64 %i, 1
+  %more = icmp slt i64 %i1, %n
+  br i1 %more, label %loop, label %done
+done:
+  ret void
+}}
+"""
+
+_HELPER = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64)
+_SPIN = ctypes.CFUNCTYPE(None, ctypes.c_int64)
+
+#: Where there is no futex: ``cinnlite_parallel`` runs every stage whole on the caller, and the
+#: runtime splits stages on the Python pool instead (``CPUExecutable._run_stages``).
+_SERIAL_IR = """
+define i32 @cinnlite_parallel(ptr %fn, ptr %bufs, i64 %extent, i64 %per_thread, i64 %threads, ptr %err) {
+  %r = call i32 %fn(ptr %bufs, i64 0, i64 %extent, ptr %err)
+  ret i32 %r
+}
+"""
+
+
+def _ir_text(machine: str) -> str:
+    pause_decl, pause = _PAUSE[machine]
+    names = {k: v for k, v in globals().items() if k in ("FN", "TABLE", "ERR_BASE", "ERR_SIZE", "STATUSES",
+                                                          "EXTENT", "CHUNKS", "HELPERS", "SPINS", "SEQ",
+                                                          "ACTIVE", "NEXT", "REMAINING", "SLEEPERS")}
+    from ..codegen.error_record import FIRST_FAILURE
+    from ..codegen.llvm import ERROR, FLAGGED, OK
+    names.update(CALLER=CALLER, STARTED=STARTED)
+    return _IR.format(pause_decl=pause_decl, pause=pause, futex=_FUTEX[machine], record=FIRST_FAILURE.size,
+                      record_bytes=FIRST_FAILURE.nbytes, error=ERROR, flagged=FLAGGED, ok=OK, **names)
+
+
+class NativePool:
+    """The machine code of ``cinnlite_parallel`` (which programs call, through the symbol the
+    runtime registers before loading any), its shared record, and the helper threads.
+    ``native`` is False where the code only runs stages whole (no futex here)."""
+
+    def __init__(self, engine, native: bool):
+        self._engine = engine  # owns the machine code, which must outlive every helper
+        self.native = native
+        self.parallel_address = engine.get_function_address("cinnlite_parallel")
+        self._record = None
+        if native:
+            address = engine.get_global_value_address("cinnlite_pool_record")
+            self._record = (ctypes.c_int64 * RECORD_WORDS).from_address(address)
+            self._helper = _HELPER(engine.get_function_address("cinnlite_pool_helper"))
+            self._record[SPINS] = _spins_per(SPIN_US, _SPIN(engine.get_function_address("cinnlite_pool_spin")))
+        self._grow_lock = threading.Lock()
+        self._helpers = 0
+        self._start_failed = False
+
+    @classmethod
+    def build(cls, jit_module):
+        """The pool for this process: native where Linux's futex is there on x86-64 or AArch64,
+        else the serial ``cinnlite_parallel``. ``jit_module(text, symbols)`` makes an engine."""
+        machine = platform.machine().lower()
+        if sys.platform.startswith("linux") and machine in _FUTEX:
+            syscall = ctypes.cast(ctypes.CDLL(None).syscall, ctypes.c_void_p).value
+            try:
+                return cls(jit_module(_ir_text(machine), {"syscall": syscall}), True)
+            except Exception:  # noqa: BLE001 - the serial code and the Python pool serve instead
+                pass
+        return cls(jit_module(_SERIAL_IR, {}), False)
+
+    def grow(self, wanted: int) -> int:
+        """Start helpers until there are ``wanted`` (see ``workers.start_helpers``); returns how
+        many there are."""
+        if not self.native or self._helpers >= wanted:
+            return self._helpers
+        with self._grow_lock:
+            self._helpers, self._start_failed = start_helpers(
+                self._helper, lambda k: (ctypes.addressof(self._record), k), "cinnlite-native-worker",
+                self._helpers, wanted, self._start_failed)
+            self._record[STARTED] = self._helpers
+            return self._helpers
+
+    def restart_helpers(self):
+        """In a forked child: the helpers are gone, and a stage the parent was running when it
+        forked left the record in use. Start from an empty record and as many helpers again."""
+        wanted, self._helpers = self._helpers, 0
+        self._grow_lock = threading.Lock()
+        if self._record is not None:
+            for slot in (STARTED, CALLER, ACTIVE, SLEEPERS):
+                self._record[slot] = 0
+        self.grow(wanted)
+
+
+def _spins_per(microseconds: float, spin) -> int:
+    """How many spins take ``microseconds`` here (the fastest of a few measurements)."""
+    n = 20_000
+    best = float("inf")
+    for _ in range(3):
+        t0 = time.perf_counter()
+        spin(n)
+        best = min(best, time.perf_counter() - t0)
+    return max(1, int(n * microseconds * 1e-6 / max(best, 1e-9)))
+
+
+_POOL: NativePool | None = None
+
+
+def register_pool(llvm, jit_module) -> NativePool:
+    """Build the process's pool and register ``cinnlite_parallel`` with LLVM, before any program
+    is loaded (programs call it)."""
+    global _POOL
+    if _POOL is None:
+        _POOL = NativePool.build(jit_module)
+        llvm.add_symbol("cinnlite_parallel", _POOL.parallel_address)
+    return _POOL
+
+
+def shared_native_pool() -> NativePool | None:
+    """The process's pool, once ``register_pool`` has built it."""
+    return _POOL
+
+
+def _restart_helpers_after_fork():
+    if _POOL is not None:
+        _POOL.restart_helpers()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_restart_helpers_after_fork)
