@@ -20,6 +20,11 @@ def import_peers(threads: int, want_torch: bool = True, want_tvm: bool = True):
     """Import PyTorch and TVM if installed, with ``threads`` worker threads each."""
     global torch, tvm, tvm_error, torch_error
     os.environ.setdefault("TVM_NUM_THREADS", str(threads))
+    # TVM's idle workers call sched_yield 300 000 times after every call by default, which keeps
+    # a core busy for about 0.2 s here and slows whatever runs next on a two-core machine. 2 000
+    # yields (about 2 ms, like PyTorch's OpenMP spin) still keep them awake within a batch of
+    # calls and end before the next implementation's turn.
+    os.environ.setdefault("TVM_THREAD_POOL_SPIN_COUNT", "2000")
     if want_torch:
         try:
             import torch as _torch

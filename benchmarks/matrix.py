@@ -9,9 +9,10 @@ where each has the operation, every result checked before and after timing.
 It prints one row per cell (cinnlite's median, the best peer's, their ratio, and for cells of
 16 MB or more the share of the copy bandwidth of the same bytes), then the geometric mean of
 the ratios, the worst cell and the number of cells below 1.0x. Timing: the implementations
-take turns sample by sample (the copy ceiling too), a few ms apart so that one call's threads
-settle before the next; a sample is a batch of calls lasting at least ``SAMPLE_S``, so that
-calls of a few microseconds are timed too.
+take turns sample by sample (the copy ceiling too), 5 ms apart so that one library's spinning
+threads settle before the next runs; a sample is a batch of calls, the same number for every
+implementation, enough for the fastest to take ``SAMPLE_S``, so that calls of a few
+microseconds are timed too.
 """
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ from machine import machine_info, print_machine
 from matrix_cells import Impl, build_case, matrix_cells
 
 SAMPLE_S = 5e-4
-PAUSE_S = 0.003
+PAUSE_S = 0.005
 LARGE_BYTES = 16 << 20
 
 
@@ -77,22 +78,26 @@ def copy_impl(nbytes: int) -> Impl:
     return Impl("copy", lambda: np.copyto(dst, src), lambda: dst, "np.copyto")
 
 
-def calls_per_sample(run) -> int:
-    run()
-    t0 = time.perf_counter()
-    run()
-    one = max(time.perf_counter() - t0, 1e-7)
-    return max(1, min(2000, math.ceil(SAMPLE_S / one)))
+def one_call_s(run) -> float:
+    """The fastest of a few back-to-back calls, in seconds."""
+    best = float("inf")
+    for _ in range(3):
+        t0 = time.perf_counter()
+        run()
+        best = min(best, time.perf_counter() - t0)
+    return max(best, 1e-7)
 
 
 def time_cell(impls: list, rounds: int) -> dict:
-    """Median seconds per call of each implementation, sampled in turns."""
-    batch = {impl.name: calls_per_sample(impl.run) for impl in impls}
+    """Median seconds per call of each implementation, sampled in turns. Every implementation
+    makes the same number of calls per sample (enough for the fastest to take ``SAMPLE_S``), so
+    all are measured alike: a sample starts after a pause, whatever that costs the first call."""
+    n = max(1, min(2000, math.ceil(SAMPLE_S / min(one_call_s(impl.run) for impl in impls))))
     samples = {impl.name: [] for impl in impls}
     for k in range(rounds):
         for impl in (impls if k % 2 == 0 else impls[::-1]):
             time.sleep(PAUSE_S)
-            run, n = impl.run, batch[impl.name]
+            run = impl.run
             t0 = time.perf_counter()
             for _ in range(n):
                 run()
