@@ -12,8 +12,9 @@ It checks every input as ``Executable._check_inputs`` would accept it unchanged:
 rank and sizes (a symbolic size against the value in its symbol's slot), C-contiguous and
 aligned. Then it runs ``cinnlite_main`` and returns the first output array. Anything else, an
 input it does not take as it is or a failed index check, returns ``self``: the caller then takes
-the general path, which converts, explains or raises exactly as it always does. The slots after
-the inputs are the runtime's own arrays and are taken on trust.
+the general path, which converts, explains or raises exactly as it always does. The outputs are
+checked the same way, and also for being writeable, since one may be the caller's ``out=``; the
+other slots after the inputs are the runtime's own arrays and are taken on trust.
 
 ``self`` is a one-element int64 array: where it holds 0, the entry keeps the GIL while main runs
 (like ``ctypes.PYFUNCTYPE``); otherwise it gives the GIL up and takes it back after (like
@@ -30,7 +31,7 @@ from __future__ import annotations
 from llvmlite import ir
 
 from ..dtypes import DATA_DTYPES
-from ..ir.loopnest import Load, LoweredProgram
+from ..ir.loopnest import Binary, Const, Load, LoweredProgram
 from .error_record import FIRST_FAILURE
 
 I32, I64, PTR = ir.IntType(32), ir.IntType(64), ir.PointerType()
@@ -40,8 +41,9 @@ ENTRY = "cinnlite_call"
 #: numpy's ``PyArrayObject_fields`` on a 64-bit CPython, in bytes from ``data``: the object's
 #: type (the last field of PyObject_HEAD), then data, nd, dimensions, strides, base, descr, flags.
 TYPE, ND, DIMENSIONS, DESCR, FLAGS = -8, 8, 16, 40, 48
-#: ``NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED``.
+#: ``NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED``; ``NPY_ARRAY_WRITEABLE``.
 CONTIGUOUS_ALIGNED = 0x0001 | 0x0100
+WRITEABLE = 0x0400
 
 INCREF = "cinnlite_py_incref"
 SAVE_THREAD = "cinnlite_py_save_thread"
@@ -61,6 +63,21 @@ SYMBOLS = (INCREF, SAVE_THREAD, RESTORE_THREAD, NDARRAY) + tuple(dtype_symbol(d.
 def renders_call_entry(program: LoweredProgram) -> bool:
     """Whether the entry can check this program's inputs: each size a number or a bare symbol."""
     return all(isinstance(d, int) or (isinstance(d, Load) and not d.indices) for b in program.inputs for d in b.shape)
+
+
+_SIZE_OPS = {"add": "add", "sub": "sub", "mul": "mul"}
+
+
+def _size_renderable(d) -> bool:
+    if isinstance(d, int) or isinstance(d, Const) or (isinstance(d, Load) and not d.indices):
+        return True
+    return isinstance(d, Binary) and d.op in _SIZE_OPS and _size_renderable(d.a) and _size_renderable(d.b)
+
+
+def checks_outputs(program: LoweredProgram) -> bool:
+    """Whether the entry checks the output arrays (so that it can take ``out=``): every output
+    size a number, a symbol, or sums, differences and products of them."""
+    return all(_size_renderable(d) for b in program.outputs for d in b.shape)
 
 
 def add_call_entry(module: ir.Module, main: ir.Function, program: LoweredProgram, offset: int):
@@ -91,6 +108,9 @@ class _CallEntry:
         self.require(b.icmp_signed("==", self.nargs, ir.Constant(I64, len(self.table))), "nargs")
         for k, buf in enumerate(self.program.inputs):
             self.check_input(k, buf)
+        if checks_outputs(self.program):
+            for buf in self.program.outputs:
+                self.check_output(self.slots[buf.name], buf)
         for k in range(len(self.table)):
             b.store(self.field(self.arg(k), 0, PTR), b.gep(bufs, [ir.Constant(I64, k)], source_etype=PTR))
         self.run_main(bufs, err, status)
@@ -133,10 +153,24 @@ class _CallEntry:
             ok = b.and_(ok, b.icmp_signed("==", size, self.size(d)))
         self.require(ok, f"shape{k}")
 
+    def check_output(self, k: int, buf):
+        """An output array, which may be the caller's ``out=``: checked like an input, and also
+        writeable. (That it shares no memory with an input, the runtime checks before the call.)"""
+        b = self.b
+        self.check_input(k, buf)
+        writeable = ir.Constant(I32, WRITEABLE)
+        self.require(b.icmp_signed("==", b.and_(self.field(self.arg(k), FLAGS, I32), writeable), writeable),
+                     f"writeable{k}")
+
     def size(self, d):
-        """A declared size: a number, or the value in the symbol's slot."""
+        """A declared size: a number, the value in the symbol's slot, or (an output's) sums,
+        differences and products of them."""
         if isinstance(d, int):
             return ir.Constant(I64, d)
+        if isinstance(d, Const):
+            return ir.Constant(I64, int(d.value))
+        if isinstance(d, Binary):
+            return getattr(self.b, _SIZE_OPS[d.op])(self.size(d.a), self.size(d.b))
         return self.field(self.arg(self.slots[d.buffer.name]), 0, PTR, I64)
 
     def arg(self, k: int):

@@ -328,17 +328,6 @@ def _load(built: CPUBuild, lowered: LoweredProgram) -> _MachineCode:
                         threads_global)
 
 
-#: ``NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED | NPY_ARRAY_WRITEABLE``: what an ``out=`` array
-#: needs to be written by the code as it is.
-_WRITABLE_IN_PLACE = 0x0001 | 0x0100 | 0x0400
-
-
-def _fits(out, call: FastPlan) -> bool:
-    """Whether ``out`` is an array the fast call could have allocated for its one output."""
-    return (type(out) is np.ndarray and out.shape == call.shape and out.dtype == call.dtype
-            and out.flags.num & _WRITABLE_IN_PLACE == _WRITABLE_IN_PLACE)
-
-
 class CPUExecutable(Executable):
     """A program JIT-compiled for this CPU, from a build: just compiled, or from a disk cache
     entry (the lowered program, the stage texts and the machine code)."""
@@ -382,6 +371,7 @@ class CPUExecutable(Executable):
         self._table_type = ctypes.c_void_p * max(1, len(self._slots))
         call_entry = code.engine.get_function_address(llvm_call.ENTRY) if offset is not None else 0
         self._fast = NativeCall(call_entry, [name for name, _, _ in self._inputs], self._shapes) if call_entry else None
+        self._entry_checks_out = llvm_call.checks_outputs(lowered)
 
     def cache_entry(self) -> dict | None:
         """What a disk cache stores to rebuild this executable without compiling: the lowered
@@ -405,7 +395,7 @@ class CPUExecutable(Executable):
         A call runs through the call entry (``native_call``) once its sizes have a plan;
         the entry declines whatever it does not take as it is, and the general path then
         converts, explains or raises as it always does. ``out=`` takes the entry too where it
-        is one array the output could have been allocated as, sharing no memory with an input."""
+        overlaps no input; the entry checks it like an input, and that it is writeable."""
         fast = self._fast
         if fast is not None and len(inputs) == fast.n_inputs:
             try:
@@ -416,11 +406,14 @@ class CPUExecutable(Executable):
             else:
                 call = plan.fast if plan.fast is not None else self._fast_plan(plan)
             if out is not None:
-                if call.single and _fits(out, call) and not any(np.may_share_memory(out, a) for a in arrays):
-                    if call.function(*arrays, *call.fixed, out) is out:
-                        return out
+                # The entry checks out= as it checks the inputs; an out= that overlaps an input
+                # goes to the general path, which says so.
+                if (call.single and self._entry_checks_out and not any(np.may_share_memory(out, a) for a in arrays)
+                        and call.function(*arrays, *call.fixed, out) is out):
+                    return out
             elif call.single:
-                out = _empty(call.shape, call.dtype)
+                out = (self._pool.empty(call.shape, call.dtype, call.pooled_nbytes) if call.pooled_nbytes
+                       else _empty(call.shape, call.dtype))
                 if call.function(*arrays, *call.fixed, out) is out:
                     return out
                 out = None
@@ -446,14 +439,16 @@ class CPUExecutable(Executable):
         n_given = next((k for k, name in enumerate(rest) if name not in given), len(rest))
         written = rest[n_given:]
         outputs = [b.name for b in self.lowered.outputs]
+        pooled = [name for name in written if allocs.get(name, (0, 0, 0))[2] >= POOL_MIN_BYTES]
+        # One big output (no intermediate) comes from the pool, allocated by the fast call itself.
         if (self._splits(plan) or not all(name in allocs for name in written) or written[:len(outputs)] != outputs
-                or any(allocs[name][2] >= POOL_MIN_BYTES for name in written)):
+                or pooled and len(written) > 1):
             plan.fast = GENERAL
             return plan.fast
         work = sum(work for _, work in self._stage_sizes(plan))
         function = self._fast.holding if work <= HOLD_GIL_MAX_WORK else self._fast.releasing
         plan.fast = FastPlan(function, [given[name] for name in rest[:n_given]], [allocs[name][:2] for name in written],
-                             len(outputs))
+                             len(outputs), pooled_nbytes=allocs[pooled[0]][2] if pooled else 0)
         return plan.fast
 
     def _splits(self, plan) -> bool:

@@ -17,8 +17,9 @@ The GIL: a call of at most ``HOLD_GIL_MAX_WORK`` innermost iterations over all i
 it while the code runs (like ``ctypes.PYFUNCTYPE``): giving it up and taking it back costs
 ~0.06 us when no other thread wants it, and can mean waiting up to the switch interval (5 ms)
 for another thread that took it meanwhile, too much for a call of a few microseconds. A bigger
-call gives it up while its code runs (like ``CFUNCTYPE``), so that other threads go on. Calls
-that split across threads, and calls whose buffers come from the pool (``executable.BufferPool``),
+call gives it up while its code runs (like ``CFUNCTYPE``), so that other threads go on. A big
+single output comes from the buffer pool (``executable.BufferPool``); calls with big
+intermediates, and calls whose stages split on the Python pool (where there is no native pool),
 take the general path.
 """
 from __future__ import annotations
@@ -136,9 +137,10 @@ class FastPlan:
     of these sizes, which serves them itself (``specialised``)."""
 
     __slots__ = ("function", "fixed", "single", "shape", "dtype", "shapes", "dtypes", "n_outputs", "specialised",
-                 "runs")
+                 "runs", "pooled_nbytes")
 
-    def __init__(self, function=None, fixed=(), allocs=(), n_outputs=1, specialised=None, runs=True):
+    def __init__(self, function=None, fixed=(), allocs=(), n_outputs=1, specialised=None, runs=True,
+                 pooled_nbytes=0):
         self.function = function
         self.fixed = tuple(fixed)
         self.shapes = tuple(shape for shape, _ in allocs)
@@ -148,6 +150,8 @@ class FastPlan:
         self.n_outputs = n_outputs
         self.specialised = specialised
         self.runs = runs and specialised is None
+        # A single output big enough for the buffer pool: its size in bytes (0 otherwise).
+        self.pooled_nbytes = pooled_nbytes
 
 
 #: The FastPlan of sizes the fast path does not serve (the general path runs them).
