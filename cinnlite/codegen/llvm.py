@@ -23,7 +23,7 @@ from ..dtypes import DType, float16, float32
 from ..ir.loopnest import (Binary, Buffer, Cast, Cmp, Const, FlagIndexError, Math, For, If, Let, Load,
                            LoweredProgram, Reduce, ReportIndexError, Select, Seq, Store, Var)
 from ..ir.passes import RANGE_BEGIN, RANGE_END
-from ..ir.schedule_cpu import CHUNKS_PER_THREAD, PARALLEL_MIN_WORK, stage_extent, stage_work
+from ..ir.schedule_cpu import PARALLEL_MIN_WORK, stage_extent, stage_work
 from ..ir.symbolic import is_symbol_load
 from ..ir.transform import buffers_of, kernel_stages, map_stmt, walk_stmt
 from .error_record import FIRST_FAILURE
@@ -617,9 +617,9 @@ class LLVMRenderer(Renderer):
     @staticmethod
     def _run_stage(b: ir.IRBuilder, module, info: StageInfo, fn, args, slots: dict):
         """Call a stage from main: whole, or, where it is big enough and the module's thread
-        count is above one, split through ``cinnlite_parallel`` (one chunk per thread for an
-        update nest, whose every chunk walks all updates; ``CHUNKS_PER_THREAD`` otherwise, so
-        that the caller runs more of them while a helper wakes up)."""
+        count is above one, split through ``cinnlite_parallel`` into one chunk per thread (more,
+        smaller chunks ran slower: 139 us against 88 us for a take of 4 MB in eight chunks
+        rather than two)."""
         static = isinstance(info.extent, int) and isinstance(info.work, int)
         if not info.split_in_main or static and (info.work < PARALLEL_MIN_WORK or info.extent < 2):
             return b.call(fn, args)
@@ -630,12 +630,11 @@ class LLVMRenderer(Renderer):
                        b.and_(b.icmp_signed(">=", work, ir.Constant(I64, PARALLEL_MIN_WORK)),
                               b.icmp_signed(">=", extent, ir.Constant(I64, 2))))
         parallel = module.globals.get(PARALLEL_FUNCTION) or ir.Function(
-            module, ir.FunctionType(I32, [PTR, PTR, I64, I64, I64, PTR]), PARALLEL_FUNCTION)
-        per_thread = 1 if info.kind == "parallel_rows" else CHUNKS_PER_THREAD
+            module, ir.FunctionType(I32, [PTR, PTR, I64, I64, PTR]), PARALLEL_FUNCTION)
         with b.if_else(split) as (then, otherwise):
             with then:
                 split_block = b.block
-                split_status = b.call(parallel, [fn, args[0], extent, ir.Constant(I64, per_thread), threads, args[3]])
+                split_status = b.call(parallel, [fn, args[0], extent, threads, args[3]])
             with otherwise:
                 whole_block = b.block
                 whole_status = b.call(fn, args)

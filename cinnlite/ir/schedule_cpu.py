@@ -24,8 +24,6 @@ from .transform import (expr_vars, kernel_stages, loads_of, map_expr, stmt_exprs
 #: A stage splits across threads only from this many innermost iterations: below it, handing
 #: chunks to other threads costs more than it saves.
 PARALLEL_MIN_WORK = 1 << 15
-#: Chunks per thread of a split stage (other than an update nest's, which takes one per thread).
-CHUNKS_PER_THREAD = 4
 
 # -- schedule_cpu -------------------------------------------------------------------------------
 

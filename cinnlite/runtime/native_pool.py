@@ -10,8 +10,8 @@ them awake), then sleep on a futex. The caller posts a stage, takes chunks itsel
 helpers, and waits by spinning for the last chunk; it never waits for a helper to wake: a chunk
 no helper has claimed yet is the caller's to run. Nothing in a stage touches Python or the GIL.
 
-Chunks are claimed one by one from a shared counter, so a helper that wakes late takes fewer
-of them. Posting a stage uses a sequence number (odd while the stage is being written): a
+A stage is split into one chunk per thread, claimed from a shared counter, so that a chunk no
+helper has claimed yet is the caller's to run when it is done with its own. Posting a stage uses a sequence number (odd while the stage is being written): a
 helper that saw an older stage and joins late finds it finished and leaves; the caller writes
 a new stage only once no helper is inside the previous one.
 
@@ -227,7 +227,7 @@ done:
 ; the caller and up to threads - 1 helpers; the stage whole on the caller when there is no
 ; helper, or another caller holds the pool. Returns the status of the first failed chunk (its
 ; record copied to err), else FLAGGED if any chunk flagged, else OK.
-define i32 @cinnlite_parallel(ptr %fn, ptr %bufs, i64 %extent, i64 %per_thread, i64 %threads, ptr %err) {{
+define i32 @cinnlite_parallel(ptr %fn, ptr %bufs, i64 %extent, i64 %threads, ptr %err) {{
 entry:
   %p = getelementptr i64, ptr @cinnlite_pool_record, i64 0
   %one = icmp sle i64 %threads, 1
@@ -254,8 +254,7 @@ serial:
   %whole = call i32 %fn(ptr %bufs, i64 0, i64 %extent, ptr %err)
   ret i32 %whole
 split:
-  %h1 = add i64 %helpers, 1
-  %per = mul i64 %h1, %per_thread
+  %per = add i64 %helpers, 1
   %fewer = icmp slt i64 %extent, %per
   %chunks = select i1 %fewer, i64 %extent, i64 %per
   %nerr = mul i64 %chunks, {record}
@@ -317,7 +316,7 @@ _SPIN = ctypes.CFUNCTYPE(None, ctypes.c_int64)
 #: Where there is no futex: ``cinnlite_parallel`` runs every stage whole on the caller, and the
 #: runtime splits stages on the Python pool instead (``CPUExecutable._run_stages``).
 _SERIAL_IR = """
-define i32 @cinnlite_parallel(ptr %fn, ptr %bufs, i64 %extent, i64 %per_thread, i64 %threads, ptr %err) {
+define i32 @cinnlite_parallel(ptr %fn, ptr %bufs, i64 %extent, i64 %threads, ptr %err) {
   %r = call i32 %fn(ptr %bufs, i64 0, i64 %extent, ptr %err)
   ret i32 %r
 }
