@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import weakref
+from collections import Counter
 from typing import Any, Sequence, Union
 
 import numpy as np
@@ -47,7 +48,8 @@ class BufferPool:
     """A caching allocator for big outputs and intermediates.
 
     Fresh large arrays cost page faults on first touch, often more than the kernel itself. The
-    pool keeps up to ``POOL_PER_SHAPE`` blocks of memory per (shape, dtype), and never hands
+    pool keeps up to ``POOL_PER_SHAPE`` blocks of memory per (shape, dtype), more where one call
+    takes several arrays of that shape (see ``empty``), and never hands
     out a block itself: each call gets a new array over a block, and the block is used again
     only once no array over it is left (the caller dropped the result and every view of it, or
     it was an intermediate of a finished call), so a result is never overwritten behind its
@@ -58,7 +60,11 @@ class BufferPool:
         self._blocks: dict = {}  # (shape, dtype) -> [[block, weak reference to its lease or None]]
         self._lock = threading.Lock()
 
-    def empty(self, shape, dtype, nbytes: int):
+    def empty(self, shape, dtype, nbytes: int, per_call: int = 1):
+        """An array over a free block of this (shape, dtype), or over a new one. ``per_call``:
+        how many such arrays one call of the executable takes (its intermediates may share a
+        shape): the pool keeps that many blocks more than ``POOL_PER_SHAPE - 1``, so that every
+        one of them is reused rather than faulted in again on every call."""
         if nbytes < POOL_MIN_BYTES or nbytes > POOL_MAX_BYTES:
             return np.empty(shape, dtype)
         key = (shape, dtype)
@@ -67,7 +73,7 @@ class BufferPool:
             slot = next((s for s in slots if s[1] is None or s[1]() is None), None)
             if slot is None:
                 slot = [np.empty(nbytes, np.uint8), None]
-                if len(slots) < POOL_PER_SHAPE:
+                if len(slots) < POOL_PER_SHAPE - 1 + per_call:
                     slots.append(slot)
             lease = _Lease(slot[0], shape, np.dtype(dtype))
             slot[1] = weakref.ref(lease)
@@ -232,8 +238,12 @@ class Executable:
         buffers = dict(arrays)
         buffers.update(self._consts)
         buffers.update(plan.symbol_arrays)
+        per_call = plan.extra.get("per_call")
+        if per_call is None:
+            per_call = plan.extra["per_call"] = Counter((shape, np.dtype(dtype)) for _, shape, dtype, _ in plan.allocs)
         for name, shape, dtype, nbytes in plan.allocs:
-            buffers[name] = outputs[name] if outputs and name in outputs else self._pool.empty(shape, dtype, nbytes)
+            buffers[name] = outputs[name] if outputs and name in outputs else self._pool.empty(
+                shape, dtype, nbytes, per_call[shape, np.dtype(dtype)])
         return buffers
 
     def _raise_index_error(self, check_id: int, position: int, buffers: dict, value: int | None = None,
