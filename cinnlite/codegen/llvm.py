@@ -630,11 +630,12 @@ class LLVMRenderer(Renderer):
                        b.and_(b.icmp_signed(">=", work, ir.Constant(I64, PARALLEL_MIN_WORK)),
                               b.icmp_signed(">=", extent, ir.Constant(I64, 2))))
         parallel = module.globals.get(PARALLEL_FUNCTION) or ir.Function(
-            module, ir.FunctionType(I32, [PTR, PTR, I64, I64, PTR]), PARALLEL_FUNCTION)
+            module, ir.FunctionType(I32, [PTR, PTR, I64, I64, I64, PTR]), PARALLEL_FUNCTION)
+        walks_all = ir.Constant(I64, int(info.kind == "parallel_rows"))
         with b.if_else(split) as (then, otherwise):
             with then:
                 split_block = b.block
-                split_status = b.call(parallel, [fn, args[0], extent, threads, args[3]])
+                split_status = b.call(parallel, [fn, args[0], extent, threads, walks_all, args[3]])
             with otherwise:
                 whole_block = b.block
                 whole_status = b.call(fn, args)

@@ -224,10 +224,10 @@ done:
 }}
 
 ; What a program's main calls for a stage it may split: the stage over [0, extent) in chunks on
-; the caller and up to threads - 1 helpers; the stage whole on the caller when there is no
+; the caller and up to threads - 1 helpers (walks_all: every chunk walks the whole update list); the stage whole on the caller when there is no
 ; helper, or another caller holds the pool. Returns the status of the first failed chunk (its
 ; record copied to err), else FLAGGED if any chunk flagged, else OK.
-define i32 @cinnlite_parallel(ptr %fn, ptr %bufs, i64 %extent, i64 %threads, ptr %err) {{
+define i32 @cinnlite_parallel(ptr %fn, ptr %bufs, i64 %extent, i64 %threads, i64 %walks_all, ptr %err) {{
 entry:
   %p = getelementptr i64, ptr @cinnlite_pool_record, i64 0
   %one = icmp sle i64 %threads, 1
@@ -246,7 +246,20 @@ sized:
   %less = icmp slt i64 %have, %want
   %helpers = select i1 %less, i64 %have, i64 %want
   %none = icmp sle i64 %helpers, 0
-  br i1 %none, label %unlock_serial, label %split
+  br i1 %none, label %unlock_serial, label %awake
+awake:
+  ; Every chunk of an update nest walks all updates: with every helper asleep, the caller would
+  ; walk them once per chunk. It walks them once, whole, and wakes the helpers for what follows.
+  %rows = icmp ne i64 %walks_all, 0
+  %sleepersp = getelementptr i64, ptr %p, i64 {SLEEPERS}
+  %asleep = load atomic i64, ptr %sleepersp seq_cst, align 8
+  %all_asleep = icmp sge i64 %asleep, %have
+  %alone = and i1 %rows, %all_asleep
+  br i1 %alone, label %rouse, label %split
+rouse:
+  %seqp = getelementptr i64, ptr %p, i64 {SEQ}
+  %woken = call i64 (i64, ...) @syscall(i64 {futex}, ptr %seqp, i64 129, i64 2147483647)
+  br label %unlock_serial
 unlock_serial:
   store atomic i64 0, ptr %callerp seq_cst, align 8
   br label %serial
@@ -316,7 +329,7 @@ _SPIN = ctypes.CFUNCTYPE(None, ctypes.c_int64)
 #: Where there is no futex: ``cinnlite_parallel`` runs every stage whole on the caller, and the
 #: runtime splits stages on the Python pool instead (``CPUExecutable._run_stages``).
 _SERIAL_IR = """
-define i32 @cinnlite_parallel(ptr %fn, ptr %bufs, i64 %extent, i64 %threads, ptr %err) {
+define i32 @cinnlite_parallel(ptr %fn, ptr %bufs, i64 %extent, i64 %threads, i64 %walks_all, ptr %err) {
   %r = call i32 %fn(ptr %bufs, i64 0, i64 %extent, ptr %err)
   ret i32 %r
 }
