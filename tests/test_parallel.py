@@ -167,3 +167,50 @@ def test_threads_calling_at_once_all_get_their_own_right_results():
     for t in threads:
         t.join()
     assert not failures
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("reduce", ["none", "add", "max", "mean"])
+@pytest.mark.parametrize("start", ["fill", "input"])
+def test_a_row_is_initialised_and_updated_in_one_stage(threads, reduce, start):
+    """A scatter along the last axis initialises row r and applies row r's updates in the same
+    iteration (one stage in the lowered text, but for a mean): results as numpy's, and the first
+    bad index still reported."""
+    rng = np.random.default_rng(9)
+    rows, cols, k = 256, 512, 300
+    b = NetBuilder("row_init")
+    x = b.fill_constant((rows, cols), 1.5, "float32") if start == "fill" else b.create_input("float32", (rows, cols), "x")
+    idx = b.create_input("int64", (rows, k), "idx")
+    src = b.create_input("float32", (rows, k), "src")
+    exe = cl.compile(b.build([b.scatter(x, idx, src, axis=1, reduce=reduce)]), threads=threads)
+    lowered = exe.source("lowered")
+    if reduce != "mean":  # a mean's sums and counts are two buffers, then a division
+        assert lowered.count("# parallel\n") == 1, lowered
+    X = rng.standard_normal((rows, cols)).astype(np.float32) if start == "input" else np.full((rows, cols), 1.5, np.float32)
+    I = np.stack([rng.permutation(cols)[:k] for _ in range(rows)]) if reduce == "none" else rng.integers(0, cols, (rows, k))
+    S = rng.standard_normal((rows, k)).astype(np.float32)
+    inputs = {"idx": I, "src": S, **({"x": X} if start == "input" else {})}
+    want = torch_free_scatter(X, I, S, reduce)
+    np.testing.assert_allclose(exe(**inputs), want, rtol=1e-5, atol=1e-5)
+    bad = I.copy()
+    bad[200, 7], bad[201, 0] = cols, -cols - 1
+    with pytest.raises(cl.IndexOutOfRangeError) as info:
+        exe(**{**inputs, "idx": bad})
+    assert info.value.position == (200, 7)
+
+
+def torch_free_scatter(X, I, S, reduce):
+    """numpy's scatter along axis 1 into a copy of X (mean counts X's own value)."""
+    out, rows = X.astype(np.float64).copy(), np.arange(X.shape[0])[:, None]
+    if reduce == "none":
+        out[rows, I] = S
+    elif reduce == "add":
+        np.add.at(out, (rows, I), S)
+    elif reduce == "max":
+        np.maximum.at(out, (rows, I), S)
+    else:
+        count = np.ones(X.shape)
+        np.add.at(out, (rows, I), S)
+        np.add.at(count, (rows, I), 1)
+        out /= count
+    return out.astype(np.float32)

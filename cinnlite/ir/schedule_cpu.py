@@ -106,9 +106,48 @@ def _schedule_stage(s):
 
 
 def schedule_cpu(kernel: Kernel) -> Kernel:
-    """Annotate every stage of the kernel for the CPU (see ``_schedule_stage``)."""
-    stages = tuple(_schedule_stage(s) for s in kernel_stages(kernel))
-    return replace(kernel, body=Seq(stages))
+    """Annotate every stage of the kernel for the CPU (see ``_schedule_stage``), and run the
+    initialisation of a row together with its updates where both go row by row
+    (``_row_init_with_updates``)."""
+    stages: list = []
+    for stage in map(_schedule_stage, kernel_stages(kernel)):
+        merged = _row_init_with_updates(stages[-1], stage) if stages else None
+        if merged is None:
+            stages.append(stage)
+        else:
+            stages[-1] = merged
+    return replace(kernel, body=Seq(tuple(stages)))
+
+
+def _row_init_with_updates(init, updates):
+    """One stage of ``init`` (a nest that writes row ``r`` of a buffer in its iteration ``r``:
+    the fill or copy a scatter starts from) and ``updates`` (an update nest whose iteration
+    ``r`` updates row ``r`` of that buffer and nothing else, and reads no row of it), or None
+    where they are not such a pair. Filled and then updated while it is in the cache, a row is
+    read from memory once instead of twice; every row is still written before it is updated,
+    and no iteration touches another's row, so the result is the same."""
+    if not (isinstance(init, For) and isinstance(updates, For) and init.kind == updates.kind == "parallel"
+            and init.extent == updates.extent):
+        return None
+    stores = [x for x in walk_stmt(init) if isinstance(x, (Store, Reduce))]
+    reduces = [x for x in walk_stmt(updates) if isinstance(x, (Store, Reduce))]
+    target = {x.buffer for x in stores}
+    if (len(target) != 1 or not reduces or any(not isinstance(x, Reduce) for x in reduces)
+            or {x.buffer for x in reduces} != target or any(not isinstance(x, Store) for x in stores)):
+        return None
+    (buffer,) = target
+    if buffer.shape[0] != _size(init.extent) and buffer.shape[0] != init.extent:
+        return None
+    init_values, update_values = _let_values(init), _let_values(updates)
+    if any(substitute_expr(x.indices[0], init_values) != init.var for x in stores):
+        return None
+    if any(substitute_expr(x.indices[0], update_values) != updates.var for x in reduces):
+        return None
+    reads = [e for st in (init, updates) for x in walk_stmt(st) for e in stmt_exprs(x)]
+    if any(loads_of(e, buffer.name) for e in reads):
+        return None
+    body = Seq((substitute(init.body, {init.var: updates.var}), updates.body))
+    return replace(updates, body=body)
 
 
 def stage_extent(stage):
