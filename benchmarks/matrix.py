@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
 import sys
 import time
@@ -221,7 +222,6 @@ def draw(rows: list, path: str):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    import os
     threads = args.threads or len(os.sched_getaffinity(0))
     libraries.import_peers(threads, want_tvm=not args.no_tvm)
     info = machine_info(threads)

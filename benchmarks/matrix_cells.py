@@ -391,6 +391,10 @@ def gather_nd_peers(case: Case, axis, threads: int):
 
 
 TORCH_REDUCE = {"max": "amax", "min": "amin", "mean": "mean", "mul": "prod"}
+#: PyTorch's in-place methods for (none, add, the other reductions): along an axis of elements
+#: (scatter), and of whole rows (scatter_nd: index_*).
+TORCH_METHODS = {"scatter": ("scatter_", "scatter_add_", "scatter_reduce_"),
+                 "scatter_nd": ("index_copy_", "index_add_", "index_reduce_")}
 
 
 def scatter_peers(case: Case, axis, threads: int):
@@ -418,9 +422,7 @@ def scatter_peers(case: Case, axis, threads: int):
         out = torch.empty_like(xt)
         if cell.op == "scatter_nd":
             it = it[:, 0].contiguous()
-            fn, note = _torch_index_reduce(cell, out, it, st)
-        else:
-            fn, note = _torch_scatter(cell, axis, out, it, st)
+        fn, note = _torch_update(cell, 0 if cell.op == "scatter_nd" else axis, out, it, st)
 
         def run():
             out.copy_(xt)
@@ -433,22 +435,15 @@ def scatter_peers(case: Case, axis, threads: int):
     return peers
 
 
-def _torch_scatter(cell, axis, out, it, st):
+def _torch_update(cell, axis, out, it, st):
+    """The PyTorch call that does the cell's update of ``out`` in place, and its name."""
+    none, add, reduce = TORCH_METHODS[cell.op]
     if cell.reduce == "none":
-        return (lambda: out.scatter_(axis, it, st)), "scatter_"
+        return (lambda: getattr(out, none)(axis, it, st)), none
     if cell.reduce == "add":
-        return (lambda: out.scatter_add_(axis, it, st)), "scatter_add_"
+        return (lambda: getattr(out, add)(axis, it, st)), add
     name = TORCH_REDUCE[cell.reduce]
-    return (lambda: out.scatter_reduce_(axis, it, st, name, include_self=True)), f"scatter_reduce_({name!r})"
-
-
-def _torch_index_reduce(cell, out, it, st):
-    if cell.reduce == "none":
-        return (lambda: out.index_copy_(0, it, st)), "index_copy_"
-    if cell.reduce == "add":
-        return (lambda: out.index_add_(0, it, st)), "index_add_"
-    name = TORCH_REDUCE[cell.reduce]
-    return (lambda: out.index_reduce_(0, it, st, name, include_self=True)), f"index_reduce_({name!r})"
+    return (lambda: getattr(out, reduce)(axis, it, st, name, include_self=True)), f"{reduce}({name!r})"
 
 
 PEERS = {"take": take_peers, "gather": gather_peers, "gather_nd": gather_nd_peers,

@@ -28,6 +28,7 @@ from ..ir.symbolic import is_symbol_load
 from ..ir.transform import buffers_of, kernel_stages, map_stmt, walk_stmt
 from .error_record import FIRST_FAILURE
 from .llvm_call import add_call_entry, renders_call_entry
+from .llvm_sizes import size_renderable, size_value
 from .llvm_support import add_half_support, bf16_bits, bf16_value
 from .names import comment_text, safe_name
 from .renderer import RenderedModule, Renderer
@@ -92,39 +93,13 @@ class StageInfo:
         """Whether main splits this stage across threads itself (through ``cinnlite_parallel``,
         ``runtime/native_pool.py``) when it is big enough: a stage that may be split, whose
         extent and work main can compute from the sizes."""
-        return self.kind != "serial" and _size_renderable(self.extent) and _size_renderable(self.work)
+        return self.kind != "serial" and size_renderable(self.extent) and size_renderable(self.work)
 
 
 #: The global of every module that holds the thread count its main may split stages across;
 #: the runtime sets it after loading the code (1 until then, and where there is no native pool).
 THREADS_GLOBAL = "cinnlite_threads"
 PARALLEL_FUNCTION = "cinnlite_parallel"
-_SIZE_OPS = ("add", "sub", "mul", "min", "max")
-
-
-def _size_renderable(size) -> bool:
-    """Whether ``_size_value`` can compute ``size`` in main: a number, a symbolic size, or sums,
-    differences, products, minima and maxima of them."""
-    if isinstance(size, int) or isinstance(size, Const) or is_symbol_load(size):
-        return True
-    return isinstance(size, Binary) and size.op in _SIZE_OPS and _size_renderable(size.a) and _size_renderable(size.b)
-
-
-def _size_value(b: ir.IRBuilder, size, table, slots: dict):
-    """``size`` (see ``_size_renderable``) computed from the symbols' slots of the buffer table."""
-    if isinstance(size, int):
-        return ir.Constant(I64, size)
-    if isinstance(size, Const):
-        return ir.Constant(I64, int(size.value))
-    if is_symbol_load(size):
-        slot = b.gep(table, [ir.Constant(I64, slots[size.buffer.name])], source_etype=PTR)
-        return b.load(b.load(slot, typ=PTR), typ=I64)
-    x, y = _size_value(b, size.a, table, slots), _size_value(b, size.b, table, slots)
-    if size.op in ("min", "max"):
-        return b.select(b.icmp_signed("<" if size.op == "min" else ">", x, y), x, y)
-    return {"add": b.add, "sub": b.sub, "mul": b.mul}[size.op](x, y)
-
-
 def stage_plan(program: LoweredProgram) -> list:
     """The stages of a program in execution order, with their exported symbols."""
     plan, used = [], set()
@@ -624,8 +599,12 @@ class LLVMRenderer(Renderer):
         if not info.split_in_main or static and (info.work < PARALLEL_MIN_WORK or info.extent < 2):
             return b.call(fn, args)
         threads = b.load(_module_global(module, THREADS_GLOBAL, 1), typ=I64)
-        extent = _size_value(b, info.extent, args[0], slots)
-        work = _size_value(b, info.work, args[0], slots)
+        def symbol(name):
+            slot = b.gep(args[0], [ir.Constant(I64, slots[name])], source_etype=PTR)
+            return b.load(b.load(slot, typ=PTR), typ=I64)
+
+        extent = size_value(b, info.extent, symbol)
+        work = size_value(b, info.work, symbol)
         split = b.and_(b.icmp_signed(">", threads, ir.Constant(I64, 1)),
                        b.and_(b.icmp_signed(">=", work, ir.Constant(I64, PARALLEL_MIN_WORK)),
                               b.icmp_signed(">=", extent, ir.Constant(I64, 2))))

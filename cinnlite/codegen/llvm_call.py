@@ -31,8 +31,9 @@ from __future__ import annotations
 from llvmlite import ir
 
 from ..dtypes import DATA_DTYPES
-from ..ir.loopnest import Binary, Const, Load, LoweredProgram
+from ..ir.loopnest import Load, LoweredProgram
 from .error_record import FIRST_FAILURE
+from .llvm_sizes import size_renderable, size_value
 
 I32, I64, PTR = ir.IntType(32), ir.IntType(64), ir.PointerType()
 
@@ -65,19 +66,10 @@ def renders_call_entry(program: LoweredProgram) -> bool:
     return all(isinstance(d, int) or (isinstance(d, Load) and not d.indices) for b in program.inputs for d in b.shape)
 
 
-_SIZE_OPS = {"add": "add", "sub": "sub", "mul": "mul"}
-
-
-def _size_renderable(d) -> bool:
-    if isinstance(d, int) or isinstance(d, Const) or (isinstance(d, Load) and not d.indices):
-        return True
-    return isinstance(d, Binary) and d.op in _SIZE_OPS and _size_renderable(d.a) and _size_renderable(d.b)
-
-
 def checks_outputs(program: LoweredProgram) -> bool:
     """Whether the entry checks the output arrays (so that it can take ``out=``): every output
-    size a number, a symbol, or sums, differences and products of them."""
-    return all(_size_renderable(d) for b in program.outputs for d in b.shape)
+    size one ``llvm_sizes`` renders."""
+    return all(size_renderable(d) for b in program.outputs for d in b.shape)
 
 
 def add_call_entry(module: ir.Module, main: ir.Function, program: LoweredProgram, offset: int):
@@ -163,15 +155,8 @@ class _CallEntry:
                      f"writeable{k}")
 
     def size(self, d):
-        """A declared size: a number, the value in the symbol's slot, or (an output's) sums,
-        differences and products of them."""
-        if isinstance(d, int):
-            return ir.Constant(I64, d)
-        if isinstance(d, Const):
-            return ir.Constant(I64, int(d.value))
-        if isinstance(d, Binary):
-            return getattr(self.b, _SIZE_OPS[d.op])(self.size(d.a), self.size(d.b))
-        return self.field(self.arg(self.slots[d.buffer.name]), 0, PTR, I64)
+        """A declared size (see ``llvm_sizes``), symbols read from their slots."""
+        return size_value(self.b, d, lambda name: self.field(self.arg(self.slots[name]), 0, PTR, I64))
 
     def arg(self, k: int):
         return self.b.load(self.b.gep(self.args, [ir.Constant(I64, k)], source_etype=PTR), typ=PTR)

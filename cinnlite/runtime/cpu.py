@@ -528,14 +528,8 @@ class CPUExecutable(Executable):
         errs = np.zeros((n, FIRST_FAILURE.size), np.int64)
         base, size = errs.ctypes.data, FIRST_FAILURE.nbytes
         statuses = shared_pool().run(lambda k: fn(table, bounds[k], bounds[k + 1], base + size * k), n, self.threads)
-        return self._first_status(statuses, errs, err)
-
-    @staticmethod
-    def _first_status(statuses: list, errs: np.ndarray, err: int) -> int:
-        """The status of a split stage: the first failed chunk's error (copied to ``err``), else
-        whether any chunk flagged a bad index."""
         for k, st in enumerate(statuses):
             if st == ERROR:
-                ctypes.memmove(err, errs[k].ctypes.data, FIRST_FAILURE.nbytes)
+                ctypes.memmove(err, base + size * k, size)
                 return ERROR
         return FLAGGED if FLAGGED in statuses else OK

@@ -7,13 +7,12 @@ microseconds ran no faster, or slower, on two threads than on one. Here the help
 loops, started once from Python threads that enter them through ctypes and never come back:
 they spin for ``SPIN_US`` after every stage (the next stage of a call, or the next call, finds
 them awake), then sleep on a futex. The caller posts a stage, takes chunks itself next to the
-helpers, and waits by spinning for the last chunk; it never waits for a helper to wake: a chunk
-no helper has claimed yet is the caller's to run. Nothing in a stage touches Python or the GIL.
-
-A stage is split into one chunk per thread, claimed from a shared counter, so that a chunk no
-helper has claimed yet is the caller's to run when it is done with its own. Posting a stage uses a sequence number (odd while the stage is being written): a
-helper that saw an older stage and joins late finds it finished and leaves; the caller writes
-a new stage only once no helper is inside the previous one.
+helpers, and waits by spinning for the last chunk; it never waits for a helper to wake: a stage
+is split into one chunk per thread, claimed from a shared counter, and a chunk no helper has
+claimed yet is the caller's to run once it is done with its own. Nothing in a stage touches
+Python or the GIL. Posting a stage uses a sequence number (odd while the stage is being
+written): a helper that saw an older stage and joins late finds it finished and leaves; the
+caller writes a new stage only once no helper is inside the previous one.
 
 Programs reach the pool through ``cinnlite_parallel``, which the runtime registers with LLVM
 before loading any program: a program's main calls it for every stage big enough to split
@@ -338,14 +337,13 @@ define i32 @cinnlite_parallel(ptr %fn, ptr %bufs, i64 %extent, i64 %threads, i64
 
 def _ir_text(machine: str) -> str:
     pause_decl, pause = _PAUSE[machine]
-    names = {k: v for k, v in globals().items() if k in ("FN", "TABLE", "ERR_BASE", "ERR_SIZE", "STATUSES",
-                                                          "EXTENT", "CHUNKS", "HELPERS", "SPINS", "SEQ",
-                                                          "ACTIVE", "NEXT", "REMAINING", "SLEEPERS")}
     from ..codegen.error_record import FIRST_FAILURE
     from ..codegen.llvm import ERROR, FLAGGED, OK
-    names.update(CALLER=CALLER, STARTED=STARTED)
+    slots = dict(SEQ=SEQ, ACTIVE=ACTIVE, NEXT=NEXT, REMAINING=REMAINING, SLEEPERS=SLEEPERS, CALLER=CALLER, FN=FN,
+                 TABLE=TABLE, ERR_BASE=ERR_BASE, ERR_SIZE=ERR_SIZE, STATUSES=STATUSES, EXTENT=EXTENT, CHUNKS=CHUNKS,
+                 HELPERS=HELPERS, SPINS=SPINS, STARTED=STARTED)
     return _IR.format(pause_decl=pause_decl, pause=pause, futex=_FUTEX[machine], record=FIRST_FAILURE.size,
-                      record_bytes=FIRST_FAILURE.nbytes, error=ERROR, flagged=FLAGGED, ok=OK, **names)
+                      record_bytes=FIRST_FAILURE.nbytes, error=ERROR, flagged=FLAGGED, ok=OK, **slots)
 
 
 class NativePool:
@@ -362,7 +360,7 @@ class NativePool:
             address = engine.get_global_value_address("cinnlite_pool_record")
             self._record = (ctypes.c_int64 * RECORD_WORDS).from_address(address)
             self._helper = _HELPER(engine.get_function_address("cinnlite_pool_helper"))
-            self._record[SPINS] = _spins_per(SPIN_US, _SPIN(engine.get_function_address("cinnlite_pool_spin")))
+            self._spin = _SPIN(engine.get_function_address("cinnlite_pool_spin"))
         self._grow_lock = threading.Lock()
         self._helpers = 0
         self._start_failed = False
@@ -386,6 +384,8 @@ class NativePool:
         if not self.native or self._helpers >= wanted:
             return self._helpers
         with self._grow_lock:
+            if not self._record[SPINS]:  # measured once, when a process first needs helpers
+                self._record[SPINS] = _spins_per(SPIN_US, self._spin)
             self._helpers, self._start_failed = start_helpers(
                 self._helper, lambda k: (ctypes.addressof(self._record), k), "cinnlite-native-worker",
                 self._helpers, wanted, self._start_failed)
