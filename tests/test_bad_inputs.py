@@ -374,3 +374,20 @@ def test_big_results_kept_only_through_a_view_are_never_overwritten(backend):
         got = np.asarray(keep)
         expected = [want[1:], want, want.reshape(-1), want.T][call % 4]
         np.testing.assert_array_equal(got, expected, err_msg=f"result of call {call} was overwritten")
+
+
+def test_two_gathers_with_one_index_check_it_once_and_name_the_first(backend):
+    """Fused into one kernel, both takes bring a check of the same index; the CPU runs it once,
+    and the error names the take that comes first in the program, as it would unfused."""
+    b = cl.NetBuilder("twice")
+    x, idx = b.create_input("float32", (5, 3), "x"), b.create_input("int64", (4,), "idx")
+    first, second = b.take(x, idx, axis=0, name="first"), b.take(b.exp(x), idx, axis=0, name="second")
+    exe = cl.compile(b.build([b.add(first, second)]), target=backend, cache=False)
+    if backend == "cpu":
+        assert exe.source("lowered").count("report_index_error") == 1
+    xs = np.arange(15, dtype=np.float32).reshape(5, 3) / 10
+    np.testing.assert_allclose(exe(x=xs, idx=np.array([4, 0, -1, 2])), xs[[4, 0, -1, 2]] + np.exp(xs)[[4, 0, -1, 2]],
+                               rtol=1e-6)
+    with pytest.raises(IndexOutOfRangeError) as info:
+        exe(x=xs, idx=np.array([0, 1, 5, 2]))
+    assert info.value.position == (2,) and info.value.value == 5 and "first" in str(info.value)

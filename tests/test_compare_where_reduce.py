@@ -175,3 +175,70 @@ def test_reduce_max_and_min_are_numpys(backend, dtype, axes, keepdims):
     got = exe(x=x)
     np.testing.assert_array_equal(got[0], x.max(axis=axes, keepdims=keepdims))
     np.testing.assert_array_equal(got[1], x.min(axis=axes, keepdims=keepdims))
+
+
+@pytest.mark.parametrize("dtype", ["int8", "int32", "float16", "float32", "float64"])
+@pytest.mark.parametrize("columns", [1, 3, 36, 63, 64, 65, 100, 257])
+def test_reductions_over_a_middle_axis_match_numpy_at_every_row_width(backend, dtype, columns):
+    """Row widths around the CPU's register blocks (64 float32, 32 float64, 256 int8: whole
+    blocks, halving blocks, leftovers). Sums of quarters are exact in any order; int8 wraps."""
+    rng = np.random.default_rng(columns)
+    x = (rng.integers(-64, 65, (3, 9, columns)) / 4).astype(dtype)
+    b = NetBuilder("middle")
+    t = b.create_input(dtype, x.shape, "x")
+    exe = cl.compile(b.build([b.reduce_sum(t, axes=1), b.reduce_max(t, axes=1), b.reduce_min(t, axes=1)]),
+                     target=backend)
+    total, top, bottom = exe(x=x)
+    wide = np.float32 if dtype == "float16" else x.dtype  # float16 sums accumulate in float32
+    np.testing.assert_array_equal(total, x.astype(wide).sum(axis=1, dtype=wide).astype(dtype))
+    np.testing.assert_array_equal(top, x.max(axis=1))
+    np.testing.assert_array_equal(bottom, x.min(axis=1))
+
+
+def test_matrix_products_of_symbolic_sizes_match_numpy(backend):
+    """A product as ONNX's MatMul imports it (multiply, then reduce_sum over the shared axis),
+    with the rows, the shared axis and the output columns all symbolic."""
+    b = NetBuilder("matmul")
+    a, m = b.create_input("float64", ("R", "K", 1), "a"), b.create_input("float64", (1, "K", "C"), "m")
+    exe = cl.compile(b.build([b.reduce_sum(b.multiply(a, m), axes=1)]), target=backend)
+    rng = np.random.default_rng(5)
+    for rows, k, c in ((4, 3, 100), (1, 7, 31), (5, 2, 33), (2, 1, 0), (3, 5, 64)):
+        A, M = rng.standard_normal((rows, k, 1)), rng.standard_normal((1, k, c))
+        np.testing.assert_allclose(exe(a=A, m=M), A[:, :, 0] @ M[0], rtol=1e-12, atol=1e-12)
+
+
+def test_a_row_reduction_accumulates_in_blocks_on_the_cpu():
+    b = NetBuilder("blocks")
+    t = b.create_input("float32", (8, 16, 100), "x")
+    lowered = cl.compile(b.build([b.reduce_sum(t, axes=1)]), cache=False).source("lowered")
+    # 100 columns: one block of 64 (256 bytes), then blocks of 32 and 4, each under the reduced loop.
+    assert "_block in 0..1" in lowered and "_left32 in 0..32" in lowered and "_left4 in 0..4" in lowered
+
+
+@pytest.mark.parametrize("compare", ["less", "less_equal", "greater", "greater_equal"])
+@pytest.mark.parametrize("bound", [-1, 0, 3, 6, 10])
+def test_where_over_a_coordinate_bound_matches_numpy(backend, compare, bound):
+    """``where(coordinate <op> bound, a, b)``, the form of a concatenation: the CPU schedule
+    splits the loop at the bound (outside the axis: one range)."""
+    rng = np.random.default_rng(bound + 20)
+    a, c = rng.standard_normal((4, 2, 10)).astype(np.float32), rng.standard_normal((4, 2, 10)).astype(np.float32)
+    b = NetBuilder("split")
+    ta, tc = b.create_input("float32", a.shape, "a"), b.create_input("float32", c.shape, "c")
+    mask = getattr(b, compare)(b.iota((1, 1, 10), axis=2), b.fill_constant((), bound, "int64"))
+    exe = cl.compile(b.build([b.where(mask, b.exp(ta), b.sqrt(b.multiply(tc, tc)))]), target=backend)
+    want = np.where(COMPARE[compare](np.arange(10), bound), np.exp(a), np.sqrt(c * c))
+    np.testing.assert_allclose(exe(a=a, c=c), want, rtol=1e-6)
+
+
+def test_a_select_of_a_coordinate_splits_the_loop_on_the_cpu():
+    b = NetBuilder("cat")
+    ta, tc = b.create_input("float32", (4, 8), "a"), b.create_input("float32", (4, 3), "c")
+    position = b.iota((11,), "int64")
+    left = b.take(ta, position, axis=1, mode="clip")
+    right = b.take(tc, b.subtract(position, b.fill_constant((), 8, "int64")), axis=1, mode="clip")
+    joined = b.where(b.less(b.iota((1, 11), axis=1), b.fill_constant((), 8, "int64")), left, right)
+    exe = cl.compile(b.build([joined]), cache=False)
+    lowered = exe.source("lowered")
+    assert "in 0..8 {" in lowered and "_from8 in 0..3 {" in lowered and "select((" not in lowered.split("_from8")[1]
+    a, c = np.arange(32, dtype=np.float32).reshape(4, 8), -np.arange(12, dtype=np.float32).reshape(4, 3)
+    np.testing.assert_array_equal(exe(a=a, c=c), np.concatenate([a, c], axis=1))

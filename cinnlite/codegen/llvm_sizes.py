@@ -1,7 +1,7 @@
 """Sizes computed in LLVM IR outside a stage: a program's main splitting a stage needs its
 extent and work (``llvm.py``), the call entry checks an output's shape (``llvm_call.py``). A
 size is a number, a symbolic size (a 0-d int64 buffer), or sums, differences, products,
-minima and maxima of them; anything else is not rendered there."""
+quotients (of sizes, never negative), minima and maxima of them; anything else is not rendered there."""
 from __future__ import annotations
 
 from llvmlite import ir
@@ -9,7 +9,7 @@ from llvmlite import ir
 from ..ir.loopnest import Binary, Const, Load
 
 I64 = ir.IntType(64)
-_OPS = ("add", "sub", "mul", "min", "max")
+_OPS = ("add", "sub", "mul", "div", "min", "max")
 
 
 def size_renderable(size) -> bool:
@@ -30,4 +30,4 @@ def size_value(b: ir.IRBuilder, size, symbol):
     x, y = size_value(b, size.a, symbol), size_value(b, size.b, symbol)
     if size.op in ("min", "max"):
         return b.select(b.icmp_signed("<" if size.op == "min" else ">", x, y), x, y)
-    return {"add": b.add, "sub": b.sub, "mul": b.mul}[size.op](x, y)
+    return {"add": b.add, "sub": b.sub, "mul": b.mul, "div": b.sdiv}[size.op](x, y)

@@ -15,15 +15,20 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .loopnest import (Binary, Cmp, Const, FlagIndexError, For, If, Kernel, Let, Load, Reduce, ReportIndexError,
-                       Seq, Store, Var, as_expr, dim_mul, let, logical_and)
+                       Select, Seq, Store, Var, as_expr, dim_mul, let, logical_and)
 from .passes import RANGE_BEGIN, RANGE_END, simplify_expr
 from .symbolic import is_symbol_load
-from .transform import (expr_vars, kernel_stages, loads_of, map_expr, stmt_exprs, substitute, substitute_expr,
-                        walk_expr, walk_stmt)
+from .transform import (expr_vars, kernel_stages, loads_of, map_expr, map_stmt, stmt_exprs, substitute,
+                        substitute_expr, walk_expr, walk_stmt)
 
 #: A stage splits across threads only from this many innermost iterations: below it, handing
 #: chunks to other threads costs more than it saves.
 PARALLEL_MIN_WORK = 1 << 15
+
+#: How much of a reduction's output row one pass over the reduced loop keeps in registers (see
+#: ``_reduce_in_blocks``): 256 bytes, four AVX-512 or eight AVX2 vectors, which leaves half of
+#: either's vector registers for the operands.
+REDUCE_BLOCK_BYTES = 256
 
 # -- schedule_cpu -------------------------------------------------------------------------------
 
@@ -110,13 +115,188 @@ def schedule_cpu(kernel: Kernel) -> Kernel:
     initialisation of a row together with its updates where both go row by row
     (``_row_init_with_updates``)."""
     stages: list = []
-    for stage in map(_schedule_stage, kernel_stages(kernel)):
+    for stage in map(_schedule_stage, _without_repeated_checks(kernel_stages(kernel))):
         merged = _row_init_with_updates(stages[-1], stage) if stages else None
         if merged is None:
             stages.append(stage)
         else:
             stages[-1] = merged
+    stages = [map_stmt(stage, stmt_fn=_split_at_bounds) for stage in stages]
+    stages = [map_stmt(stage, stmt_fn=_reduce_in_blocks) for stage in stages]
     return replace(kernel, body=Seq(tuple(stages)))
+
+
+def _without_repeated_checks(stages) -> list:
+    """``stages`` less every check stage that tests what an earlier one tests (the same
+    condition on the same index values; two gathers fused into one kernel with one index bring
+    one check each): the earlier one raises first, so the later can never fire."""
+    seen, kept = set(), []
+    for stage in stages:
+        if _is_check_stage(stage):
+            key = _canonical_check(stage)
+            if key in seen:
+                continue
+            seen.add(key)
+        kept.append(stage)
+    return kept
+
+
+def _is_check_stage(stage) -> bool:
+    kinds = {type(x) for x in walk_stmt(stage)}
+    return ReportIndexError in kinds and Store not in kinds and Reduce not in kinds
+
+
+def _canonical_check(stage):
+    """``stage`` with its variables renamed in the order they are bound and its check id 0:
+    equal for two checks of one condition whatever their names."""
+    names: dict = {}
+    for st in walk_stmt(stage):
+        bound = [st.var] if isinstance(st, For) else [v for v, _ in st.bindings] if isinstance(st, Let) else []
+        for var in bound:
+            names.setdefault(var, Var(f"_{len(names)}", var.dtype))
+
+    def rename(st):
+        if isinstance(st, For):
+            return For(names[st.var], st.extent, st.body, st.kind)
+        if isinstance(st, Let):
+            return Let(tuple((names[v], e) for v, e in st.bindings), st.body)
+        if isinstance(st, ReportIndexError):
+            return ReportIndexError(0, st.position, st.value)
+        return st
+    return map_stmt(stage, lambda e: names.get(e, e) if isinstance(e, Var) else e, rename)
+
+
+def _split_at_bounds(loop):
+    """``for v { .. select(v < c, a, b) .. }`` as ``for v < c { .. a .. }`` then the rest with
+    ``b``; at every such bound inside the loop. A concatenation is such a select, one per
+    boundary between its parts (the ONNX importer's ``Concat``): split, each range reads only
+    its own part, where the select evaluated every part at every element. Serial loops of a
+    static extent only: a parallel loop keeps its one range of rows."""
+    if not (isinstance(loop, For) and loop.kind == "serial" and isinstance(loop.extent, Const)):
+        return loop
+    values = _let_values(loop.body)
+    extent = loop.extent.value
+    cuts = sorted({c for st in walk_stmt(loop.body) for e in stmt_exprs(st) for x in walk_expr(e)
+                   if isinstance(x, Select) and (c := _cut(substitute_expr(x.cond, values), loop.var)) is not None
+                   and 0 < c < extent})
+    if not cuts:
+        return loop
+    parts = []
+    for first, end in zip([0] + cuts, cuts + [extent]):
+        body = map_stmt(loop.body, lambda e: _decided(e, values, loop.var, first, end))
+        var = loop.var
+        if first:
+            var = Var(f"{loop.var.name}_from{first}")
+            body = substitute(body, {loop.var: Binary("add", var, Const(first))})
+        parts.append(For(var, Const(end - first), body, loop.kind))
+    return Seq(tuple(parts))
+
+
+#: ``v < c`` and ``v >= c`` change value at ``c``; ``v <= c`` and ``v > c`` at ``c + 1``.
+_CUT_OFFSET = {"lt": 0, "ge": 0, "le": 1, "gt": 1}
+
+
+def _cut(cond, var):
+    """Where ``cond``, a comparison of ``var`` with a number, changes value; None for other
+    conditions."""
+    if not (isinstance(cond, Cmp) and cond.op in _CUT_OFFSET and cond.a == var and isinstance(cond.b, Const)):
+        return None
+    return int(cond.b.value) + _CUT_OFFSET[cond.op]
+
+
+def _decided(e, values, var, first: int, end: int):
+    """``e``, or the branch a select of ``var`` against a bound takes for every ``var`` in
+    ``[first, end)``."""
+    if not isinstance(e, Select):
+        return e
+    cond = substitute_expr(e.cond, values)
+    cut = _cut(cond, var)
+    if cut is None or first < cut < end:
+        return e
+    holds_below = cond.op in ("lt", "le")
+    return e.a if (end <= cut) == holds_below else e.b
+
+
+def _reduce_in_blocks(loop):
+    """``for r { for j { t[.., j] (+)= f(r, j) } }`` as ``for jb { for r { for jl < B {..} } }``
+    over blocks of ``B`` columns (``REDUCE_BLOCK_BYTES``), then the columns left over.
+
+    The matrix product and every reduction over a middle axis take this form: an output row
+    that every iteration of the reduced loop ``r`` updates whole. Walked row by row, the row is
+    loaded and stored once per ``r``; one block of it is loaded once, accumulated in vector
+    registers over all of ``r`` (the block loop has a constant trip count, which LLVM unrolls,
+    so the block's addresses are loop-invariant and its loads and stores leave the ``r`` loop),
+    and stored once. Each element still takes its updates in ``r`` order: the same sums. Other
+    statements are returned as they are."""
+    match = _row_reduction(loop)
+    if match is None:
+        return loop
+    lets, inner, width = match
+    name, extent = inner.var.name, inner.extent
+
+    def over(runs):
+        """``for r { lets; for c < count { body at first + c } .. }`` over ``runs`` of (column
+        variable, first column, count): the runs side by side under one ``r`` loop, so that their
+        accumulators are independent chains the CPU overlaps."""
+        columns = []
+        for var, first, count in runs:
+            at = var if first == 0 else Binary("add", as_expr(first), var)
+            columns.append(For(var, as_expr(count), substitute(inner.body, {inner.var: at})))
+        nest = Seq(tuple(columns)) if len(columns) > 1 else columns[0]
+        for bindings in reversed(lets):
+            nest = Let(bindings, nest)
+        return For(loop.var, loop.extent, nest)
+
+    block = Var(f"{name}_block")
+    blocks = extent.value // width if isinstance(extent, Const) else Binary("div", extent, Const(width))
+    parts = [For(block, as_expr(blocks), over([(Var(f"{name}_lane"), Binary("mul", block, Const(width)), width)]))]
+    first = dim_mul(blocks, width)
+    if not isinstance(extent, Const):
+        parts.append(over([(Var(f"{name}_left"), first, Binary("sub", extent, first))]))
+        return Seq(tuple(parts))
+    # The columns left over, in runs of halving width (100 floats: one block of 64, then runs of
+    # 32 and 4 under one loop), so that each run, too, is a constant-trip loop LLVM unrolls into
+    # registers; together they are less than one block.
+    left, runs = extent.value - first, []
+    while left:
+        width //= 2
+        if left >= width:
+            runs.append((Var(f"{name}_left{width}"), first, width))
+            first, left = first + width, left - width
+    if runs:
+        parts.append(over(runs))
+    parts = [p for p in parts if not (isinstance(p.extent, Const) and p.extent.value == 0)]
+    return Seq(tuple(parts)) if len(parts) > 1 else parts[0]
+
+
+def _row_reduction(loop):
+    """``(lets, inner loop, block width)`` where ``loop`` is a serial ``for r`` whose body (after
+    Lets) is one serial ``for j`` updating one buffer at ``[.., j]`` with indices free of ``r``,
+    reading nothing of that buffer, and wider than one block or not a power of two; else None."""
+    if not (isinstance(loop, For) and loop.kind == "serial"):
+        return None
+    lets, inner = [], loop.body
+    while isinstance(inner, Let):
+        lets.append(inner.bindings)
+        inner = inner.body
+    if not (isinstance(inner, For) and inner.kind == "serial"):
+        return None
+    body = list(walk_stmt(inner.body))
+    reduces = [x for x in body if isinstance(x, Reduce)]
+    if len(reduces) != 1 or any(not isinstance(x, (Let, Reduce)) for x in body):
+        return None
+    (update,) = reduces
+    values = _let_values(loop)
+    target = [substitute_expr(i, values) for i in update.indices]
+    if (not target or target[-1] != inner.var or any(loop.var in expr_vars(i) for i in target)
+            or any(inner.var in expr_vars(i) for i in target[:-1])
+            or any(loads_of(e, update.buffer.name) for x in body for e in stmt_exprs(x))):
+        return None
+    width = max(1, REDUCE_BLOCK_BYTES // update.buffer.dtype.itemsize)
+    if isinstance(inner.extent, Const) and inner.extent.value <= width and not inner.extent.value & (
+            inner.extent.value - 1):
+        return None  # one block already
+    return lets, inner, width
 
 
 def _row_init_with_updates(init, updates):

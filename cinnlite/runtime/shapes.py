@@ -10,6 +10,7 @@ a repeated shape costs one dictionary lookup.
 """
 from __future__ import annotations
 
+import operator
 import threading
 from dataclasses import dataclass, field
 
@@ -33,6 +34,10 @@ def shape_tuple_text(shape: tuple) -> str:
     return "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
 
 
+#: The arithmetic of loop-nest sizes (never negative, so a quotient is C's as well as Python's).
+_SIZE_OPS = {"add": operator.add, "sub": operator.sub, "mul": operator.mul, "div": operator.floordiv}
+
+
 def size_value(d, values: dict) -> int:
     """The number a loop-nest size stands for: an int, or an expression over symbol buffers
     whose values ``values`` holds by buffer name."""
@@ -42,9 +47,8 @@ def size_value(d, values: dict) -> int:
         return int(d.value)
     if isinstance(d, Load):
         return values[d.buffer.name]
-    if isinstance(d, Binary) and d.op in ("add", "sub", "mul"):
-        a, b = size_value(d.a, values), size_value(d.b, values)
-        return a + b if d.op == "add" else a - b if d.op == "sub" else a * b
+    if isinstance(d, Binary) and d.op in _SIZE_OPS:
+        return _SIZE_OPS[d.op](size_value(d.a, values), size_value(d.b, values))
     raise TypeError(f"not a size: {d!r}")
 
 
