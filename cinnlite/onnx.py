@@ -86,6 +86,41 @@ def _order(nodes, kinds):
     return order
 
 
+def _sink_to_readers(runs: list, nodes: list) -> list:
+    """``runs`` with every cinnlite node whose readers all run in later segments moved into the
+    first of them, when that one runs in cinnlite too (then merged where runs meet).
+
+    A value made in one cinnlite segment for another crosses as a whole array: the zeros a
+    scatter starts from, the rows a gather repeats. Made in the segment that reads them, they
+    fuse into their reader and are never written out. A node moves behind its inputs only, so
+    the order still runs; nodes are visited from the last, so a chain moves together."""
+    where = {k: s for s, (_, members) in enumerate(runs) for k in members}
+    readers: dict = {}
+    for k, node in enumerate(nodes):
+        for name in _reads(node):
+            readers.setdefault(name, []).append(k)
+    for s in reversed(range(len(runs))):
+        kind, members = runs[s]
+        if kind != CINNLITE:
+            continue
+        for k in reversed(list(members)):
+            at = {where[r] for o in nodes[k].output if o for r in readers.get(o, ())}
+            if not at or min(at) <= s or runs[min(at)][0] != CINNLITE:
+                continue
+            members.remove(k)
+            runs[min(at)][1].insert(0, k)
+            where[k] = min(at)
+    merged: list = []
+    for kind, members in runs:
+        if not members:
+            continue
+        if merged and merged[-1][0] == kind:
+            merged[-1][1].extend(members)
+        else:
+            merged.append((kind, members))
+    return merged
+
+
 def partition(graph) -> list:
     """The segments of ``graph``, in an order that runs."""
     nodes = list(graph.node)
@@ -97,6 +132,7 @@ def partition(graph) -> list:
         if not runs or runs[-1][0] != kinds[k]:
             runs.append((kinds[k], []))
         runs[-1][1].append(k)
+    runs = _sink_to_readers(runs, nodes)
     wanted = {o.name for o in graph.output}
     reads_later: list = []
     for _, members in reversed(runs):
@@ -215,7 +251,12 @@ class InferenceSession:
                 segment.fallback = f"cinnlite could not import the segment: {exc}"
                 return self._build(segment, arrays)
             return lambda feed: imported.named_outputs(exe.run(imported.feeds(feed)))
-        session = self._ort.InferenceSession(submodel.SerializeToString(), providers=["CPUExecutionProvider"])
+        options = self._ort.SessionOptions()
+        # onnxruntime's idle workers spin for tens of milliseconds after a run by default, on
+        # the cores the cinnlite segment after it is about to use: here they sleep instead.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        session = self._ort.InferenceSession(submodel.SerializeToString(), options,
+                                             providers=["CPUExecutionProvider"])
         return lambda feed: dict(zip(segment.outputs, session.run(segment.outputs, feed)))
 
     def _submodel(self, segment: Segment, arrays: dict):

@@ -177,7 +177,7 @@ CORPUS = [
           True),
     Entry("topk_dispatch", TopKDispatch,
           lambda scale, seed: {"x": torch.randn(8 * scale, 16, generator=torch.Generator().manual_seed(seed))},
-          {"x": {0: "T"}}, False),
+          {"x": {0: "T"}}, True),
 ]
 
 

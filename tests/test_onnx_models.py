@@ -260,3 +260,70 @@ def test_every_supported_operator_has_a_handler():
     the importer's folding)."""
     from cinnlite.frontend.onnx import SUPPORTED_OPS, _Importer
     assert [op for op in SUPPORTED_OPS if op != "If" and not hasattr(_Importer, f"_op_{op}")] == []
+
+
+def _topk_model(dtype, shape, k, attrs, opset=18):
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    inputs = [helper.make_tensor_value_info("x", elem, shape)]
+    inits = [onnx.numpy_helper.from_array(np.array([k], np.int64), "k")] if opset >= 10 else []
+    if opset < 10:
+        attrs = {**attrs, "k": k}
+    node = helper.make_node("TopK", ["x", "k"] if opset >= 10 else ["x"], ["values", "indices"], **attrs)
+    outputs = [helper.make_tensor_value_info("values", elem, None),
+               helper.make_tensor_value_info("indices", TensorProto.INT64, None)]
+    graph = helper.make_graph([node], "topk", inputs, outputs, inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+TOPK_CASES = [((6, 4), 2, {}, 18), ((6, 4), 4, {"largest": 0}, 18), ((3, 7, 2), 3, {"axis": 1}, 18),
+              ((9,), 9, {"axis": 0, "largest": 0}, 11), ((2, 5), 0, {}, 18), ((4, 64), 5, {"axis": -1}, 18),
+              ((5, 3), 2, {"axis": 0}, 1)]
+
+
+# Before opset 11 TopK takes k as an attribute, and floats only.
+@pytest.mark.parametrize("dtype,shape,k,attrs,opset", [
+    (dtype, *case) for case in TOPK_CASES for dtype in ("float32", "float64", "int32", "int64")
+    if case[3] >= 11 or dtype.startswith("float")], ids=str)
+def test_topk_matches_onnxruntime_with_ties_and_nan(backend, dtype, shape, k, attrs, opset):
+    """Few distinct values, so that ties decide the order (the lower position first), and for
+    floats NaN and infinities (NaN above every number, as onnxruntime orders it)."""
+    rng = np.random.default_rng(len(shape) + k)
+    x = rng.integers(-3, 4, shape).astype(dtype)
+    if np.dtype(dtype).kind == "f":
+        x.reshape(-1)[:3] = [np.nan, np.inf, -np.inf]
+    model = _topk_model(dtype, shape, k, attrs, opset)
+    program = from_onnx(model)
+    got = cl.compile(program, target=backend).run({program.inputs[0].name: x})
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    for g, w in zip(got.values(), want):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        np.testing.assert_array_equal(g, w)
+
+
+def test_topk_over_a_long_axis_runs_on_onnxruntime():
+    model = _topk_model("float32", (3, 100), 4, {})
+    session = cl.onnx.InferenceSession(model)
+    x = np.random.default_rng(0).standard_normal((3, 100)).astype(np.float32)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    for g, w in zip(session.run(None, {"x": x}), want):
+        np.testing.assert_array_equal(g, w)
+    assert "TopK over 100 elements" in session.explain()
+
+
+def test_values_only_a_later_segment_reads_are_made_there():
+    """x -> Abs -> CumSum (onnxruntime) -> Add(., Neg(x) * 2): Neg and Mul read only the graph
+    input, so the order could run them first, but only the last segment reads them: they run
+    there, fused with the Add, instead of crossing between segments as whole arrays."""
+    nodes = [helper.make_node("Abs", ["x"], ["a"]), helper.make_node("Neg", ["x"], ["n"]),
+             helper.make_node("Mul", ["n", "two"], ["m"]), helper.make_node("CumSum", ["a", "axis"], ["c"]),
+             helper.make_node("Add", ["c", "m"], ["y"])]
+    inits = [onnx.numpy_helper.from_array(np.array(2, np.float32), "two"),
+             onnx.numpy_helper.from_array(np.array(0, np.int64), "axis")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F32, ("n",))],
+                              [helper.make_tensor_value_info("y", F32, ("n",))], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    session = cl.onnx.InferenceSession(model)
+    x = np.arange(-3, 4, dtype=np.float32)
+    np.testing.assert_array_equal(session.run(None, {"x": x})[0], np.cumsum(np.abs(x)) - 2 * x)
+    kinds = [(s.kind, [n.op_type for n in s.nodes]) for s in session.segments]
+    assert kinds == [("cinnlite", ["Abs"]), ("onnxruntime", ["CumSum"]), ("cinnlite", ["Neg", "Mul", "Add"])]

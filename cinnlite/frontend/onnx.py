@@ -29,7 +29,7 @@ from ..dtypes import ALL_DTYPES, as_dtype, bfloat16
 from ..errors import CinnliteError, ShapeMismatchWarning
 from ..ir.graph import Program, Tensor
 from ..ir.symbolic import dims_equal, exact_div, is_symbolic, prod
-from .onnx_ops import EXPORTER_OPS, ExporterOps
+from .onnx_ops import EXPORTER_OPS, MULTI_OUTPUT_OPS, ExporterOps
 from .onnx_support import OnnxImportError, Value as _Value
 from .netbuilder import NetBuilder
 
@@ -443,11 +443,14 @@ class _Importer(ExporterOps):
             return self._fold_if(where, node, values, attrs)
         handler = getattr(self, f"_op_{op}")
         outputs = [o for o in node.output if o]
-        if len(outputs) != 1:
+        if len(outputs) != 1 and op not in MULTI_OUTPUT_OPS:
             raise OnnxImportError(f"{where}: expected one output, got {len(outputs)}")
         result = self._guard(where, lambda: handler(_NodeContext(where, outputs[0], self.names.of(outputs[0])),
                                                     values, attrs))
-        self.env[outputs[0]] = result
+        # A handler of several outputs returns a tuple in the node's output order.
+        for name, value in zip(node.output, result if isinstance(result, tuple) else (result,)):
+            if name:
+                self.env[name] = value
 
     def _fold_if(self, where: str, node, values, attrs):
         """An If whose condition is known at import is the branch it takes: that branch's nodes

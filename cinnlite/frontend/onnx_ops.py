@@ -26,7 +26,13 @@ _FUNCTIONS = {"Exp": ("exp", np.exp), "Log": ("log", np.log), "Sqrt": ("sqrt", n
 EXPORTER_OPS = ("Shape", "Size", "Unsqueeze", "Squeeze", "Flatten", "Slice", "Concat", "Expand", "Tile",
                 "Transpose", "Range", "ConstantOfShape", "Where", "Not", "Neg", "Abs", "Relu", "LeakyRelu",
                 "Reciprocal", "Clip", "Div", "Max", "Min", "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin",
-                "MatMul", "Gemm", "If", "Softmax", "Pow") + tuple(_BINARY) + tuple(_FUNCTIONS)
+                "MatMul", "Gemm", "If", "Softmax", "Pow", "TopK") + tuple(_BINARY) + tuple(_FUNCTIONS)
+
+#: Operators with more than one output: their handlers return a tuple of values.
+MULTI_OUTPUT_OPS = ("TopK",)
+
+#: TopK is imported as comparisons of every pair of elements along its axis: up to this many.
+TOPK_MAX_AXIS = 64
 
 
 def _const_ints(ctx, value, what) -> list:
@@ -150,17 +156,23 @@ class ExporterOps:
         sizes = [self._static_shape(ctx, v)[axis] for v in parts]
         parts = [(v, n) for v, n in zip(parts, sizes) if n > 0]
         total = sum(sizes)
-        position = np.arange(total)
+        rank = len(parts[0][0].shape)
+        # Positions along the axis as iotas, so that each part's range is a comparison of the
+        # loop variable with a number: the CPU schedule splits the loop there and each range
+        # computes only its own part (``schedule_cpu._split_at_bounds``).
+        position = self.b.iota((total,), "int64")
+        along = self.b.iota([total if j == axis else 1 for j in range(rank)], "int64", axis=axis)
         out, offset = None, total
         for v, n in reversed(parts):  # from the last part: each earlier one takes over below its end
             offset -= n
-            piece = self._taken(ctx, v, np.clip(position - offset, 0, n - 1), axis)
+            index = self.b.subtract(position, self.b.fill_constant((), offset, "int64")) if offset else position
+            piece = Value(tensor=self.b.take(self._tensor(v), index, axis=axis, mode="clip")) \
+                if not v.is_const else self._taken(ctx, v, np.clip(np.arange(total) - offset, 0, n - 1), axis)
             if out is None:
                 out = piece
                 continue
-            mask = np.zeros([total if j == axis else 1 for j in range(len(v.shape))], bool)
-            mask.reshape(-1)[:offset + n] = True
-            out = Value(tensor=self.b.where(self.b.constant(mask), self._tensor(piece), self._tensor(out)))
+            below = self.b.less(along, self.b.fill_constant((), offset + n, "int64"))
+            out = Value(tensor=self.b.where(below, self._tensor(piece), self._tensor(out)))
         return self._reshaped(out, out.shape, ctx.name)
 
     def _op_Expand(self, ctx, ins, attrs):
@@ -419,6 +431,58 @@ class ExporterOps:
                 term = self.b.multiply(term, self.b.fill_constant((), beta, dtype))
             out = self.b.add(out, term, name=ctx.name)
         return Value(tensor=out)
+
+    def _op_TopK(self, ctx, ins, attrs):
+        """The ``k`` largest (or smallest) along ``axis``, and their positions, best first; of
+        equal elements the lower position first; NaN is larger than every number (as numpy's
+        sort and PyTorch's topk place it). Each element's rank is how many elements beat it,
+        counted over every pair (``TOPK_MAX_AXIS`` elements at most), and output slot ``r``
+        takes the element of rank ``r``."""
+        x = self._tensor(ins[0])
+        k = int(_const_ints(ctx, ins[1], "k")[0]) if len(ins) > 1 and ins[1] is not None else attrs.get("k", "INT")
+        axis = _axis(ctx, attrs.get("axis", "INT", -1), x.ndim)
+        shape = self._static_shape(ctx, Value(tensor=x))
+        n = shape[axis]
+        if not 0 <= k <= n:
+            raise OnnxImportError(f"{ctx.where}: k={k} is outside 0..{n}, the size of axis {axis}")
+        if n > TOPK_MAX_AXIS:
+            raise OnnxImportError(f"{ctx.where}: TopK over {n} elements (cinnlite imports it up to "
+                                  f"{TOPK_MAX_AXIS}; onnxruntime runs it)")
+        b = self.b
+
+        def spread(t, at):  # t (n along ``axis``) with a unit axis added after ``axis`` (at=0) or before it
+            return b.reshape(t, shape[:axis] + ((1, n) if at else (n, 1)) + shape[axis + 1:])
+
+        def along_pair(values):  # a constant over (axis, axis + 1), unit elsewhere
+            return b.constant(values.reshape((1,) * axis + values.shape + (1,) * (x.ndim - axis - 1)))
+
+        # Element i of x at ``axis``, element j at ``axis + 1``: does i beat j?
+        theirs, mine = spread(x, 0), spread(x, 1)
+        ties = b.equal(theirs, mine)  # bools: maximum is "or", minimum "and"
+        if x.dtype.is_float:
+            ties = b.maximum(ties, b.minimum(b.not_equal(theirs, theirs), b.not_equal(mine, mine)))
+        first = along_pair(np.triu(np.ones((n, n), bool), 1))
+        beats = b.maximum(self._beats(theirs, mine, bool(attrs.get("largest", "INT", 1))), b.minimum(ties, first))
+        rank = b.reduce_sum(b.cast(beats, "int64"), axes=[axis])  # how many beat j: j's rank, at ``axis``
+        # Element j at ``axis``, output slot r at ``axis + 1``: slot r takes the element of rank r.
+        chosen = b.equal(spread(rank, 0), along_pair(np.arange(k).reshape(1, k)))
+        lowest = -np.inf if x.dtype.is_float else np.iinfo(x.dtype.np).min
+        values = b.reduce_max(b.where(chosen, spread(x, 0), b.fill_constant((), lowest, x.dtype)), axes=[axis],
+                              name=ctx.name)
+        positions = along_pair(np.arange(n).reshape(n, 1))
+        indices = b.reduce_sum(b.where(chosen, positions, b.fill_constant((), 0, "int64")), axes=[axis])
+        return Value(tensor=values), Value(tensor=indices)
+
+    def _beats(self, a, c, largest: bool):
+        """Where ``a`` comes before ``c`` in a TopK's order, ties aside: greater (smaller), NaN
+        before numbers when taking the largest, after them when taking the smallest."""
+        b = self.b
+        if not largest:
+            a, c = c, a
+        beats = b.greater(a, c)
+        if a.dtype.is_float:
+            beats = b.maximum(beats, b.minimum(b.not_equal(a, a), b.equal(c, c)))
+        return beats
 
 
 def _binary_handler(op):
