@@ -26,7 +26,7 @@ from ..errors import CompileError
 from ..ir.loopnest import LoweredProgram
 from ..ir.schedule_cpu import PARALLEL_MIN_WORK
 from .cache import compiler_source_digest
-from .executable import POOL_MIN_BYTES, Executable, OutArrays
+from .executable import POOL_MIN_BYTES, POOL_MIN_BYTES_INTERMEDIATE, Executable, OutArrays
 from .native_call import GENERAL, HOLD_GIL_MAX_WORK, FastPlan, NativeCall, array_layout_confirmed, register_symbols
 from .native_pool import register_pool, shared_native_pool
 from .workers import MAX_THREADS, check_threads, shared_pool
@@ -453,7 +453,8 @@ class CPUExecutable(Executable):
         n_given = next((k for k, name in enumerate(rest) if name not in given), len(rest))
         written = rest[n_given:]
         outputs = [b.name for b in self.lowered.outputs]
-        pooled = [name for name in written if allocs.get(name, (0, 0, 0))[2] >= POOL_MIN_BYTES]
+        pooled = [name for name in written if allocs.get(name, (0, 0, 0))[2] >= (
+            POOL_MIN_BYTES if name in outputs else POOL_MIN_BYTES_INTERMEDIATE)]
         # One big output (no intermediate) comes from the pool, allocated by the fast call itself.
         if (self._splits(plan) or not all(name in allocs for name in written) or written[:len(outputs)] != outputs
                 or pooled and len(written) > 1):

@@ -21,6 +21,10 @@ OutArrays = Union[np.ndarray, Sequence[np.ndarray], None]
 #: ``POOL_MAX_BYTES`` they are not kept, so a huge result is given back as soon as it is dropped.
 POOL_MIN_BYTES = 1 << 20
 POOL_MAX_BYTES = 1 << 30
+#: Intermediates, which never leave a call, are recycled from this size: malloc serves blocks of
+#: this size and more from fresh mappings or a heap it trims, and faults them in again on every
+#: call (a model with a dozen intermediates of 64 KiB to 1 MiB took 500 page faults a call).
+POOL_MIN_BYTES_INTERMEDIATE = 1 << 16
 POOL_PER_SHAPE = 2
 
 
@@ -60,12 +64,13 @@ class BufferPool:
         self._blocks: dict = {}  # (shape, dtype) -> [[block, weak reference to its lease or None]]
         self._lock = threading.Lock()
 
-    def empty(self, shape, dtype, nbytes: int, per_call: int = 1):
+    def empty(self, shape, dtype, nbytes: int, per_call: int = 1, min_bytes: int = POOL_MIN_BYTES):
         """An array over a free block of this (shape, dtype), or over a new one. ``per_call``:
         how many such arrays one call of the executable takes (its intermediates may share a
         shape): the pool keeps that many blocks more than ``POOL_PER_SHAPE - 1``, so that every
-        one of them is reused rather than faulted in again on every call."""
-        if nbytes < POOL_MIN_BYTES or nbytes > POOL_MAX_BYTES:
+        one of them is reused rather than faulted in again on every call. Blocks below
+        ``min_bytes`` are plain new arrays."""
+        if nbytes < min_bytes or nbytes > POOL_MAX_BYTES:
             return np.empty(shape, dtype)
         key = (shape, dtype)
         with self._lock:
@@ -147,6 +152,7 @@ class Executable:
                        for b in self._table
                        if b.name not in self._input_names and b.name not in self._consts and b.name not in symbols]
         self._pool = BufferPool()
+        self._output_names = {b.name for b in lowered.outputs}
         self._checks = {c.check_id: c for c in lowered.checks}
         self._shapes = ShapePlans(program, lowered, self._alloc, self.specialises_power_of_two)
         self.symbolic = not program.is_static
@@ -243,7 +249,8 @@ class Executable:
             per_call = plan.extra["per_call"] = Counter((shape, np.dtype(dtype)) for _, shape, dtype, _ in plan.allocs)
         for name, shape, dtype, nbytes in plan.allocs:
             buffers[name] = outputs[name] if outputs and name in outputs else self._pool.empty(
-                shape, dtype, nbytes, per_call[shape, np.dtype(dtype)])
+                shape, dtype, nbytes, per_call[shape, np.dtype(dtype)],
+                POOL_MIN_BYTES if name in self._output_names else POOL_MIN_BYTES_INTERMEDIATE)
         return buffers
 
     def _raise_index_error(self, check_id: int, position: int, buffers: dict, value: int | None = None,
