@@ -40,11 +40,14 @@ def main(argv=None):
     # time on its other threads after one 9 ms call): a shorter pause times the next
     # implementation on a machine whose other core is busy.
     p.add_argument("--pause", type=float, default=0.06, help="seconds between calls (default 0.06)")
+    p.add_argument("--warm", type=int, default=0,
+                   help="untimed calls of the same session right before each timed one (default 0: every timed call "
+                        "follows the pause; with 5, the steady state of back-to-back calls)")
     p.add_argument("--only", default="", help="comma-separated model names")
     args = p.parse_args(argv)
     only = set(filter(None, args.only.split(",")))
     print(f"onnxruntime {ort.__version__} (CPUExecutionProvider, its default threads); cinnlite {cl.__version__}; "
-          f"scale {args.scale}")
+          f"scale {args.scale}; {args.pause * 1e3:.0f} ms pause, then {args.warm} untimed call(s), before each timed one")
     print(f"{'model':<18}{'inputs':<34}{'cinnlite nodes':>16}{'cinnlite ms':>13}{'onnxruntime ms':>16}{'speedup':>9}"
           f"{'ort error':>11}")
     with tempfile.TemporaryDirectory() as tmp:
@@ -70,6 +73,8 @@ def main(argv=None):
             for _ in range(args.rounds):
                 for name, session in (("cinnlite", mine), ("onnxruntime", theirs)):
                     time.sleep(args.pause)
+                    for _ in range(args.warm):
+                        session.run(None, feed)
                     t0 = time.perf_counter()
                     session.run(None, feed)
                     times[name].append(time.perf_counter() - t0)
