@@ -327,3 +327,16 @@ def test_values_only_a_later_segment_reads_are_made_there():
     np.testing.assert_array_equal(session.run(None, {"x": x})[0], np.cumsum(np.abs(x)) - 2 * x)
     kinds = [(s.kind, [n.op_type for n in s.nodes]) for s in session.segments]
     assert kinds == [("cinnlite", ["Abs"]), ("onnxruntime", ["CumSum"]), ("cinnlite", ["Neg", "Mul", "Add"])]
+
+
+def test_topk_takes_symbolic_sizes_off_its_axis_and_names_a_symbolic_axis():
+    program = from_onnx(_topk_model("float32", ("N", 5), 3, {}))
+    exe = cl.compile(program)
+    for rows in (4, 1, 0):
+        x = np.random.default_rng(rows).standard_normal((rows, 5)).astype(np.float32)
+        values, indices = exe.run({program.inputs[0].name: x}).values()
+        order = np.argsort(-x, axis=1, kind="stable")[:, :3]
+        np.testing.assert_array_equal(indices, order)
+        np.testing.assert_array_equal(values, np.take_along_axis(x, order, axis=1))
+    with pytest.raises(cl.CinnliteError, match="size of axis 1 is symbolic"):
+        from_onnx(_topk_model("float32", (2, "M"), 1, {}))

@@ -441,8 +441,11 @@ class ExporterOps:
         x = self._tensor(ins[0])
         k = int(_const_ints(ctx, ins[1], "k")[0]) if len(ins) > 1 and ins[1] is not None else attrs.get("k", "INT")
         axis = _axis(ctx, attrs.get("axis", "INT", -1), x.ndim)
-        shape = self._static_shape(ctx, Value(tensor=x))
+        shape = tuple(x.shape)  # other axes may be symbolic; the compared one may not
         n = shape[axis]
+        if not isinstance(n, int):
+            raise OnnxImportError(f"{ctx.where}: the size of axis {axis} is symbolic ({n}); TopK needs it known "
+                                  "(give shapes=..., or run the model in cl.onnx.InferenceSession)")
         if not 0 <= k <= n:
             raise OnnxImportError(f"{ctx.where}: k={k} is outside 0..{n}, the size of axis {axis}")
         if n > TOPK_MAX_AXIS:
