@@ -242,3 +242,27 @@ def test_a_select_of_a_coordinate_splits_the_loop_on_the_cpu():
     assert "in 0..8 {" in lowered and "_from8 in 0..3 {" in lowered and "select((" not in lowered.split("_from8")[1]
     a, c = np.arange(32, dtype=np.float32).reshape(4, 8), -np.arange(12, dtype=np.float32).reshape(4, 3)
     np.testing.assert_array_equal(exe(a=a, c=c), np.concatenate([a, c], axis=1))
+
+
+@pytest.mark.parametrize("dtype", ["int32", "float32", "float64"])
+@pytest.mark.parametrize("rows,columns", [(37, 16), (8, 4), (33, 3), (5, 8), (64, 32), (9, 1)])
+def test_narrow_row_reductions_match_numpy_for_every_row_count(backend, dtype, rows, columns):
+    """Rows of a narrow reduction run interleaved on the CPU (four rows of 16 float32, eight of
+    4): whole tiles, rows left over, and fewer rows than one tile; static and symbolic rows."""
+    rng = np.random.default_rng(rows * columns)
+    x = (rng.integers(-64, 65, (rows, 6, columns)) / 4).astype(dtype)
+    for shape in ((rows, 6, columns), ("N", 6, columns)):
+        b = NetBuilder("narrow")
+        t = b.create_input(dtype, shape, "x")
+        exe = cl.compile(b.build([b.reduce_sum(t, axes=1), b.reduce_max(t, axes=1)]), target=backend)
+        total, top = exe(x=x)
+        np.testing.assert_array_equal(total, x.sum(axis=1, dtype=x.dtype))
+        np.testing.assert_array_equal(top, x.max(axis=1))
+
+
+def test_a_narrow_row_reduction_interleaves_rows_on_the_cpu():
+    b = NetBuilder("tiles")
+    t = b.create_input("float32", (10, 7, 16), "x")
+    lowered = cl.compile(b.build([b.reduce_sum(t, axes=1)]), cache=False).source("lowered")
+    # 16 float32 columns: four rows to a 256-byte block; 10 rows: two tiles, two rows left.
+    assert "_tile in 0..2 {" in lowered and "_left in 0..2 {" in lowered

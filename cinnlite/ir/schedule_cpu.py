@@ -29,6 +29,8 @@ PARALLEL_MIN_WORK = 1 << 15
 #: ``_reduce_in_blocks``): 256 bytes, four AVX-512 or eight AVX2 vectors, which leaves half of
 #: either's vector registers for the operands.
 REDUCE_BLOCK_BYTES = 256
+#: At most this many rows of a narrow row reduction are interleaved (see ``_tile_rows``).
+TILE_MAX_ROWS = 8
 
 # -- schedule_cpu -------------------------------------------------------------------------------
 
@@ -121,6 +123,7 @@ def schedule_cpu(kernel: Kernel) -> Kernel:
             stages.append(stage)
         else:
             stages[-1] = merged
+    stages = [tiled for stage in stages for tiled in _tile_rows(stage)]
     stages = [map_stmt(stage, stmt_fn=_split_at_bounds) for stage in stages]
     stages = [map_stmt(stage, stmt_fn=_reduce_in_blocks) for stage in stages]
     return replace(kernel, body=Seq(tuple(stages)))
@@ -229,7 +232,7 @@ def _reduce_in_blocks(loop):
     and stored once. Each element still takes its updates in ``r`` order: the same sums. Other
     statements are returned as they are."""
     match = _row_reduction(loop)
-    if match is None:
+    if match is None or _one_block(match):
         return loop
     lets, inner, width = match
     name, extent = inner.var.name, inner.extent
@@ -269,10 +272,86 @@ def _reduce_in_blocks(loop):
     return Seq(tuple(parts)) if len(parts) > 1 else parts[0]
 
 
+def _tile_rows(stage) -> list:
+    """``for i { init(i); for r { for j { t[i, j] += f } } }`` whose row is narrow (at most half
+    a register block) as ``for it { for k < R { init(i) }; for r { for k < R { for j {..} } } }``
+    with ``i = it * R + k``, then the rows left over as they were: ``[stage]`` otherwise.
+
+    A narrow row accumulates in one or two vectors, and each step of ``r`` waits for the last
+    (16 columns of float32: one vector, 16 dependent additions per row). Interleaved, ``R``
+    rows (``R * j`` up to a block, ``TILE_MAX_ROWS`` at most) are independent chains the CPU
+    overlaps, and each load of ``f``'s shared operand serves ``R`` rows. Only where iteration
+    ``i`` touches row ``i`` of what the stage writes and nothing else: rows are independent,
+    and each element still takes its updates in ``r`` order."""
+    if not (isinstance(stage, For) and stage.kind == "parallel"):
+        return [stage]
+    body = list(stage.body.stmts) if isinstance(stage.body, Seq) else [stage.body]
+    matches = [_row_reduction(x) for x in body]
+    narrow = [m for m in matches if m is not None and isinstance(m[1].extent, Const)
+              and 2 * m[1].extent.value <= m[2]]
+    if not narrow or not _row_local(stage):
+        return [stage]
+    rows = min(TILE_MAX_ROWS, min(width // inner.extent.value for _, inner, width in narrow))
+    rows = 1 << (rows.bit_length() - 1)  # a power of two
+    if rows < 2:
+        return [stage]
+    name = stage.var.name
+    tile, k = Var(f"{name}_tile"), Var(f"{name}_row")
+    row = {stage.var: Binary("add", Binary("mul", tile, Const(rows)), k)}
+    parts = []
+    for x, m in zip(body, matches):
+        if m is None or m not in narrow:
+            parts.append(For(k, Const(rows), substitute(x, row)))
+            continue
+        lets, inner, _ = m
+        columns = inner
+        for bindings in reversed(lets):
+            columns = Let(bindings, columns)
+        # The rows written out one after the other (not a loop over k, which LLVM would keep
+        # as a loop, its accumulators in memory): each row's loop over j is one vector.
+        at = {stage.var: Binary("mul", tile, Const(rows))}
+        copies = [substitute(columns, {stage.var: Binary("add", at[stage.var], Const(n))} if n else at)
+                  for n in range(rows)]
+        parts.append(For(x.var, x.extent, Seq(tuple(copies))))
+    extent = stage.extent
+    tiles = Const(extent.value // rows) if isinstance(extent, Const) else Binary("div", extent, Const(rows))
+    done = dim_mul(tiles.value if isinstance(tiles, Const) else tiles, rows)
+    out = [For(tile, tiles, Seq(tuple(parts)), stage.kind)]
+    left = Var(f"{name}_left")
+    count = extent.value - done if isinstance(extent, Const) else Binary("sub", extent, done)
+    if count != 0:
+        out.append(For(left, as_expr(count), substitute(stage.body, {stage.var: Binary("add", as_expr(done), left)})))
+    return out
+
+
+def _row_local(stage) -> bool:
+    """Whether iteration ``i`` of ``stage`` writes, and reads of what it writes, row ``i`` only."""
+    values = _let_values(stage)
+    written = {x.buffer.name for x in walk_stmt(stage) if isinstance(x, (Store, Reduce))}
+
+    def own_row(indices) -> bool:
+        return bool(indices) and substitute_expr(indices[0], values) == stage.var
+
+    for x in walk_stmt(stage):
+        if isinstance(x, (Store, Reduce)) and not own_row(x.indices):
+            return False
+        for e in stmt_exprs(x):
+            if any(isinstance(y, Load) and y.buffer.name in written and not own_row(y.indices) for y in walk_expr(e)):
+                return False
+    return True
+
+
+def _one_block(match) -> bool:
+    """Whether a row reduction's row is one constant-trip loop of at most a block already."""
+    _, inner, width = match
+    columns = inner.extent.value if isinstance(inner.extent, Const) else None
+    return columns is not None and columns <= width and not columns & (columns - 1)
+
+
 def _row_reduction(loop):
     """``(lets, inner loop, block width)`` where ``loop`` is a serial ``for r`` whose body (after
     Lets) is one serial ``for j`` updating one buffer at ``[.., j]`` with indices free of ``r``,
-    reading nothing of that buffer, and wider than one block or not a power of two; else None."""
+    reading nothing of that buffer; else None. The width: a block's elements of that buffer."""
     if not (isinstance(loop, For) and loop.kind == "serial"):
         return None
     lets, inner = [], loop.body
@@ -292,11 +371,7 @@ def _row_reduction(loop):
             or any(inner.var in expr_vars(i) for i in target[:-1])
             or any(loads_of(e, update.buffer.name) for x in body for e in stmt_exprs(x))):
         return None
-    width = max(1, REDUCE_BLOCK_BYTES // update.buffer.dtype.itemsize)
-    if isinstance(inner.extent, Const) and inner.extent.value <= width and not inner.extent.value & (
-            inner.extent.value - 1):
-        return None  # one block already
-    return lets, inner, width
+    return lets, inner, max(1, REDUCE_BLOCK_BYTES // update.buffer.dtype.itemsize)
 
 
 def _row_init_with_updates(init, updates):
