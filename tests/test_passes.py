@@ -7,8 +7,11 @@ import cinnlite as cl
 from cinnlite import NetBuilder
 from cinnlite.dtypes import float32, int64
 from cinnlite.errors import CompileError
-from cinnlite.ir.loopnest import Binary, Buffer, Const, For, Kernel, Load, Seq, Store, Var
+from cinnlite.ir.loopnest import (Binary, Buffer, Cmp, Const, For, If, Kernel, Let, Load, ReportIndexError, Seq,
+                                  Store, Var)
 from cinnlite.ir.passes import remove_unit_loops, simplify, verify
+from cinnlite.ir.schedule_cpu import schedule_cpu
+from cinnlite.ir.transform import walk_stmt
 
 
 def kernel(body, *bufs):
@@ -105,3 +108,23 @@ def test_folding_checks_changes_no_result_or_error_against_unfused_programs():
             except cl.IndexOutOfRangeError as e:
                 results.append(("error", str(e)))
         assert results[0] == results[1]
+
+
+def test_a_repeated_check_is_dropped_unless_a_stage_between_writes_what_it_reads():
+    idx, out = Buffer("idx", int64, (4,)), Buffer("out", int64, (4,))
+
+    def check(check_id, name):
+        c, v = Var(f"c{name}"), Var(f"v{name}")
+        bad = Cmp("ge", v, Const(9))
+        return For(c, Const(4), Let(((v, Load(idx, (c,))),), If(bad, ReportIndexError(check_id, c, v))))
+
+    i = Var("i")
+    write_idx = For(i, Const(4), Store(idx, (i,), Const(1)))
+    write_out = For(i, Const(4), Store(out, (i,), Load(idx, (i,))))
+
+    def checks_left(*stages):
+        body = schedule_cpu(kernel(Seq(stages), idx, out)).body
+        return sum(isinstance(x, ReportIndexError) for x in walk_stmt(body))
+
+    assert checks_left(check(0, "a"), check(1, "b"), write_out) == 1  # the same test, other names
+    assert checks_left(check(0, "a"), write_idx, check(1, "b"), write_out) == 2  # idx changed between

@@ -18,8 +18,8 @@ from .loopnest import (Binary, Cmp, Const, FlagIndexError, For, If, Kernel, Let,
                        Select, Seq, Store, Var, as_expr, dim_mul, let, logical_and)
 from .passes import RANGE_BEGIN, RANGE_END, simplify_expr
 from .symbolic import is_symbol_load
-from .transform import (expr_vars, kernel_stages, loads_of, map_expr, map_stmt, stmt_exprs, substitute,
-                        substitute_expr, walk_expr, walk_stmt)
+from .transform import (buffers_of, expr_vars, kernel_stages, loads_of, map_expr, map_stmt, stmt_exprs,
+                        substitute, substitute_expr, walk_expr, walk_stmt, written_buffers)
 
 #: A stage splits across threads only from this many innermost iterations: below it, handing
 #: chunks to other threads costs more than it saves.
@@ -133,13 +133,17 @@ def _without_repeated_checks(stages) -> list:
     """``stages`` less every check stage that tests what an earlier one tests (the same
     condition on the same index values; two gathers fused into one kernel with one index bring
     one check each): the earlier one raises first, so the later can never fire."""
-    seen, kept = set(), []
+    seen: dict = {}  # a check, canonical -> the buffers it reads
+    kept = []
     for stage in stages:
         if _is_check_stage(stage):
             key = _canonical_check(stage)
             if key in seen:
                 continue
-            seen.add(key)
+            seen[key] = {b.name for b in buffers_of(stage)}
+        else:  # a stage that writes what a check read makes a later one a new check
+            written = written_buffers(stage)
+            seen = {key: reads for key, reads in seen.items() if not reads & written}
         kept.append(stage)
     return kept
 
@@ -274,8 +278,9 @@ def _reduce_in_blocks(loop):
 
 def _tile_rows(stage) -> list:
     """``for i { init(i); for r { for j { t[i, j] += f } } }`` whose row is narrow (at most half
-    a register block) as ``for it { for k < R { init(i) }; for r { for k < R { for j {..} } } }``
-    with ``i = it * R + k``, then the rows left over as they were: ``[stage]`` otherwise.
+    a register block) as ``for it { for k < R { init(i) }; for r { row iR; row iR + 1; ..} }``
+    (each row its own ``for j``, ``i = it * R + k``), then the rows left over as they were;
+    ``[stage]`` otherwise.
 
     A narrow row accumulates in one or two vectors, and each step of ``r`` waits for the last
     (16 columns of float32: one vector, 16 dependent additions per row). Interleaved, ``R``
