@@ -49,8 +49,10 @@ def test_a_chain_through_one_index_checks_it_once(threads):
     np.testing.assert_allclose(exe(**arrays), reference(arrays, n), rtol=1e-6)
     text = exe.source("llvm")
     checks = [info.symbol for info, _ in stage_plan(exe.lowered) if "check" in info.kind]
-    assert len(checks) == n and loops(text, checks[0]) == 1
+    # Fused into one kernel, the takes' n identical checks are one (the schedule drops the
+    # repeats); a repeat in a later kernel would be an empty stage.
     assert all(loops(text, symbol) == 0 for symbol in checks[1:])
+    assert sum(loops(text, symbol) for symbol in checks) == 1
     arrays["i"][7] = 50
     with pytest.raises(cl.IndexOutOfRangeError, match=r"take 'take_0'.*position \(7,\) of input 'i'"):
         exe(**arrays)
