@@ -92,24 +92,48 @@ def _sink_to_readers(runs: list, nodes: list) -> list:
 
     A value made in one cinnlite segment for another crosses as a whole array: the zeros a
     scatter starts from, the rows a gather repeats. Made in the segment that reads them, they
-    fuse into their reader and are never written out. A node moves behind its inputs only, so
-    the order still runs; nodes are visited from the last, so a chain moves together."""
-    where = {k: s for s, (_, members) in enumerate(runs) for k in members}
+    fuse into their reader and are never written out. A node moves only where that makes no
+    other value cross (its inputs are graph inputs, cross already, or move with it: a sum read
+    later stays where the array it sums is); it moves behind its inputs only, so the order still
+    runs. Nodes are visited from the last, so a chain moves together."""
+    home = {k: s for s, (_, members) in enumerate(runs) for k in members}
+    produced_by = {o: k for k, node in enumerate(nodes) for o in node.output if o}
     readers: dict = {}
     for k, node in enumerate(nodes):
         for name in _reads(node):
             readers.setdefault(name, []).append(k)
+    moves: dict = {}  # node -> the later segment it runs in
     for s in reversed(range(len(runs))):
-        kind, members = runs[s]
-        if kind != CINNLITE:
-            continue
-        for k in reversed(list(members)):
-            at = {where[r] for o in nodes[k].output if o for r in readers.get(o, ())}
-            if not at or min(at) <= s or runs[min(at)][0] != CINNLITE:
-                continue
-            members.remove(k)
-            runs[min(at)][1].insert(0, k)
-            where[k] = min(at)
+        if runs[s][0] == CINNLITE:
+            for k in reversed(runs[s][1]):
+                at = {moves.get(r, home[r]) for o in nodes[k].output if o for r in readers.get(o, ())}
+                if at and min(at) > s and runs[min(at)][0] == CINNLITE:
+                    moves[k] = min(at)
+
+    def runs_in(k):
+        return moves.get(k, home[k])
+
+    def stays_put(k) -> bool:
+        """Whether moving ``k`` would put it after a reader, or make a value cross segments
+        that did not (one its segment makes and keeps, and its producer does not move with it)."""
+        if any(runs_in(r) < moves[k] for o in nodes[k].output if o for r in readers.get(o, ())):
+            return True
+        for name in _reads(nodes[k]):
+            p = produced_by.get(name)
+            if p is not None and runs_in(p) != moves[k] and all(home[r] == home[p] for r in readers[name]):
+                return True
+        return False
+
+    stuck = [k for k in moves if stays_put(k)]
+    while stuck:
+        for k in stuck:
+            del moves[k]
+        stuck = [k for k in moves if stays_put(k)]
+    for t in set(moves.values()):
+        arriving = [k for _, members in runs for k in members if moves.get(k) == t]  # in run order
+        for k in arriving:
+            runs[home[k]][1].remove(k)
+        runs[t][1][:0] = arriving
     merged: list = []
     for kind, members in runs:
         if not members:

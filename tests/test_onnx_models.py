@@ -340,3 +340,20 @@ def test_topk_takes_symbolic_sizes_off_its_axis_and_names_a_symbolic_axis():
         np.testing.assert_array_equal(values, np.take_along_axis(x, order, axis=1))
     with pytest.raises(cl.CinnliteError, match="size of axis 1 is symbolic"):
         from_onnx(_topk_model("float32", (2, "M"), 1, {}))
+
+
+def test_a_node_stays_where_moving_it_would_make_a_bigger_value_cross():
+    """x -> Abs -> a; a -> Neg -> CumSum (onnxruntime); ReduceSum(a) is read only after the
+    CumSum, but moving it there would carry all of ``a`` across instead of one number."""
+    nodes = [helper.make_node("Abs", ["x"], ["a"]), helper.make_node("Neg", ["a"], ["n"]),
+             helper.make_node("ReduceSum", ["a"], ["total"], keepdims=0),
+             helper.make_node("CumSum", ["n", "axis"], ["c"]),
+             helper.make_node("Add", ["c", "total"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F32, ("n",))],
+                              [helper.make_tensor_value_info("y", F32, ("n",))],
+                              [onnx.numpy_helper.from_array(np.array(0, np.int64), "axis")])
+    session = cl.onnx.InferenceSession(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]))
+    x = np.arange(-3, 4, dtype=np.float32)
+    np.testing.assert_array_equal(session.run(None, {"x": x})[0], np.cumsum(-np.abs(x)) + np.abs(x).sum())
+    kinds = [(s.kind, [n.op_type for n in s.nodes]) for s in session.segments]
+    assert kinds == [("cinnlite", ["Abs", "Neg", "ReduceSum"]), ("onnxruntime", ["CumSum"]), ("cinnlite", ["Add"])]
