@@ -292,8 +292,9 @@ def _tile_rows(stage) -> list:
         return [stage]
     body = list(stage.body.stmts) if isinstance(stage.body, Seq) else [stage.body]
     matches = [_row_reduction(x) for x in body]
-    narrow = [m for m in matches if m is not None and isinstance(m[1].extent, Const)
-              and 2 * m[1].extent.value <= m[2]]
+    matches = [m if m is not None and isinstance(m[1].extent, Const) and 2 * m[1].extent.value <= m[2] else None
+               for m in matches]  # the narrow ones
+    narrow = [m for m in matches if m is not None]
     if not narrow or not _row_local(stage):
         return [stage]
     rows = min(TILE_MAX_ROWS, min(width // inner.extent.value for _, inner, width in narrow))
@@ -305,7 +306,7 @@ def _tile_rows(stage) -> list:
     row = {stage.var: Binary("add", Binary("mul", tile, Const(rows)), k)}
     parts = []
     for x, m in zip(body, matches):
-        if m is None or m not in narrow:
+        if m is None:
             parts.append(For(k, Const(rows), substitute(x, row)))
             continue
         lets, inner, _ = m

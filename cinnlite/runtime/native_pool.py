@@ -223,9 +223,10 @@ done:
 }}
 
 ; What a program's main calls for a stage it may split: the stage over [0, extent) in chunks on
-; the caller and up to threads - 1 helpers (walks_all: every chunk walks the whole update list); the stage whole on the caller when there is no
-; helper, or another caller holds the pool. Returns the status of the first failed chunk (its
-; record copied to err), else FLAGGED if any chunk flagged, else OK.
+; the caller and up to threads - 1 helpers (walks_all: every chunk walks the whole update list);
+; the stage whole on the caller when there is no helper, or another caller holds the pool.
+; Returns the status of the first failed chunk (its record copied to err), else FLAGGED if any
+; chunk flagged, else OK.
 define i32 @cinnlite_parallel(ptr %fn, ptr %bufs, i64 %extent, i64 %threads, i64 %walks_all, ptr %err) {{
 entry:
   %p = getelementptr i64, ptr @cinnlite_pool_record, i64 0
