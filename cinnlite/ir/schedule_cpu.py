@@ -124,9 +124,22 @@ def schedule_cpu(kernel: Kernel) -> Kernel:
         else:
             stages[-1] = merged
     stages = [tiled for stage in stages for tiled in _tile_rows(stage)]
-    stages = [map_stmt(stage, stmt_fn=_split_at_bounds) for stage in stages]
-    stages = [map_stmt(stage, stmt_fn=_reduce_in_blocks) for stage in stages]
+    stages = [_rewrite_loops(stage, _split_at_bounds, _has_select) for stage in stages]
+    stages = [_rewrite_loops(stage, _reduce_in_blocks, lambda x: _row_reduction(x) is not None) for stage in stages]
     return replace(kernel, body=Seq(tuple(stages)))
+
+
+def _rewrite_loops(stage, rule, candidate):
+    """``stage`` with ``rule`` applied to each of its loops (inner first), rebuilt only where
+    ``candidate`` holds for one of its statements: most stages have nothing a rule takes, and
+    rebuilding every one of them for every rule costs compile time and memory for nothing."""
+    if not any(candidate(x) for x in walk_stmt(stage)):
+        return stage
+    return map_stmt(stage, stmt_fn=rule)
+
+
+def _has_select(stmt) -> bool:
+    return any(isinstance(x, Select) for e in stmt_exprs(stmt) for x in walk_expr(e))
 
 
 def _without_repeated_checks(stages) -> list:
