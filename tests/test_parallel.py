@@ -1,11 +1,15 @@
 """Multi-threaded CPU execution: every split gives exactly the serial result, scatters keep
 their per-element update order, and mode="raise" still reports the first bad position."""
+import ctypes
+import time
+
 import numpy as np
 import pytest
 
 import cinnlite as cl
 import reference as R
 from cinnlite import NetBuilder
+from cinnlite.codegen.llvm import stage_rate_global
 from cinnlite.runtime.cpu import PARALLEL_MIN_WORK
 
 N = 4 * PARALLEL_MIN_WORK  # big enough that every stage is split
@@ -123,6 +127,7 @@ def test_main_splits_big_stages_on_the_native_pool(symbolic):
     prog = _take_program("R", "E") if symbolic else _take_program(1000, N)
     x, i = rng.standard_normal((1000, 16)).astype(np.float32), rng.integers(0, 1000, N)
     exe = cl.compile(prog, threads=2)
+    _pool_record()[native_pool.WAKE_NS] = 0  # waking costs nothing: sleeping helpers are always worth it
     assert not any(exe._python_splits)
     before = _posted_stages()
     np.testing.assert_array_equal(exe(x=x, i=i), x[i])
@@ -134,6 +139,66 @@ def test_main_splits_big_stages_on_the_native_pool(symbolic):
     before = _posted_stages()
     np.testing.assert_array_equal(cl.compile(prog, threads=1)(x=x, i=i), x[i])
     assert _posted_stages() == before
+
+
+def _pool_record():
+    return native_pool.shared_native_pool()._record
+
+
+def _rate_slots(exe) -> list:
+    """The measured times per iteration of the stages every call runs, as int64s over the
+    program's memory."""
+    addresses = [exe._engine.get_global_value_address(stage_rate_global(info.symbol))
+                 for info, _ in exe._stages if info.kind != "deferred_check"]
+    return [ctypes.c_int64.from_address(a) for a in addresses if a]
+
+
+def _until(condition, seconds: float = 5.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.002)
+    return True
+
+
+def _all_helpers_asleep() -> bool:
+    record = _pool_record()
+    return record[native_pool.SLEEPERS] >= record[native_pool.STARTED] > 0
+
+
+@pytest.mark.skipif("not _native()", reason="no futex here: stages split on the Python pool")
+def test_sleeping_helpers_are_woken_only_for_stages_longer_than_waking_them():
+    """With every helper asleep, a stage measured to take less than twice what waking them took
+    runs whole on the caller (nothing posted, nobody woken, its time measured again); a longer
+    one is split, and the woken helper measures how long it took to wake."""
+    rng = np.random.default_rng(9)
+    x, i = rng.standard_normal((999, 16)).astype(np.float32), rng.integers(0, 999, N)
+    exe = cl.compile(_take_program(999, N), threads=2)
+    np.testing.assert_array_equal(exe(x=x, i=i), x[i])  # starts the helper
+    rates, record = _rate_slots(exe), _pool_record()
+    assert rates
+    kept = record[native_pool.WAKE_NS]
+    try:
+        record[native_pool.WAKE_NS] = 10**9  # a second to wake
+        for rate in rates:
+            rate.value = 1  # a picosecond per iteration
+        assert _until(_all_helpers_asleep)
+        before, record[native_pool.WOKEN_AT] = _posted_stages(), 0
+        np.testing.assert_array_equal(exe(x=x, i=i), x[i])
+        assert _posted_stages() == before and record[native_pool.WOKEN_AT] == 0 and _all_helpers_asleep()
+        assert all(rate.value > 1 for rate in rates)
+
+        record[native_pool.WAKE_NS] = 1
+        for rate in rates:
+            rate.value = 10**6  # a microsecond per iteration
+        assert _until(_all_helpers_asleep)
+        before = _posted_stages()
+        np.testing.assert_array_equal(exe(x=x, i=i), x[i])
+        assert _posted_stages() > before
+        assert _until(lambda: record[native_pool.WAKE_NS] != 1)
+    finally:
+        record[native_pool.WAKE_NS] = kept
 
 
 def test_threads_calling_at_once_all_get_their_own_right_results():

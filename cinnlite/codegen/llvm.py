@@ -493,6 +493,17 @@ def _module_global(module, name: str, initial: int):
     return var
 
 
+def stage_rate_global(symbol: str) -> str:
+    """The name of the stage's own int64 where ``cinnlite_parallel`` keeps its last measured
+    time per innermost iteration (picoseconds; 0 until measured), which decides whether waking
+    sleeping helpers pays (``runtime/native_pool.py``)."""
+    return f"{symbol}.rate"
+
+
+def _stage_rate_slot(module, symbol: str):
+    return _module_global(module, stage_rate_global(symbol), 0)
+
+
 def _checks_only(stage):
     """``stage`` with every check id set to 0, if all it does is check indices (it stores
     nothing); None if it stores anything. Two such stages that are equal check the same
@@ -609,12 +620,13 @@ class LLVMRenderer(Renderer):
                        b.and_(b.icmp_signed(">=", work, ir.Constant(I64, PARALLEL_MIN_WORK)),
                               b.icmp_signed(">=", extent, ir.Constant(I64, 2))))
         parallel = module.globals.get(PARALLEL_FUNCTION) or ir.Function(
-            module, ir.FunctionType(I32, [PTR, PTR, I64, I64, I64, PTR]), PARALLEL_FUNCTION)
+            module, ir.FunctionType(I32, [PTR, PTR, I64, I64, I64, I64, PTR, PTR]), PARALLEL_FUNCTION)
         walks_all = ir.Constant(I64, int(info.kind == "parallel_rows"))
+        rate = _stage_rate_slot(module, info.symbol)
         with b.if_else(split) as (then, otherwise):
             with then:
                 split_block = b.block
-                split_status = b.call(parallel, [fn, args[0], extent, threads, walks_all, args[3]])
+                split_status = b.call(parallel, [fn, args[0], extent, work, threads, walks_all, args[3], rate])
             with otherwise:
                 whole_block = b.block
                 whole_status = b.call(fn, args)

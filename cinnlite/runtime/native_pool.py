@@ -40,6 +40,10 @@ SPIN_US = 200
 #: Slot offsets (in int64 words) of the pool's shared record; hot words on their own cache line.
 SEQ, ACTIVE, NEXT, REMAINING, SLEEPERS, CALLER = 0, 8, 16, 24, 32, 40
 FN, TABLE, ERR_BASE, ERR_SIZE, STATUSES, EXTENT, CHUNKS, HELPERS, SPINS, STARTED = range(48, 58)
+#: Slots of what the pool learns: how long a sleeping helper took to wake (ns, last two
+#: averaged), when the caller last woke the helpers (ns, cleared by the first to wake), and how
+#: many chunks of the current stage helpers ran.
+WAKE_NS, WOKEN_AT, HELPED = 58, 59, 60
 RECORD_WORDS = 64
 
 _FUTEX = {"x86_64": 202, "aarch64": 98}
@@ -49,15 +53,39 @@ _PAUSE = {"x86_64": ("declare void @llvm.x86.sse2.pause()", "call void @llvm.x86
 _IR = r"""
 @cinnlite_pool_record = global [64 x i64] zeroinitializer, align 64
 declare i64 @syscall(i64, ...)
+declare i32 @clock_gettime(i32, ptr)
 {pause_decl}
+
+; Monotonic time in nanoseconds.
+define internal i64 @now_ns() {{
+  %ts = alloca [2 x i64], align 8
+  %r = call i32 @clock_gettime(i32 1, ptr %ts)
+  %sp = getelementptr [2 x i64], ptr %ts, i64 0, i64 0
+  %sec = load i64, ptr %sp
+  %np = getelementptr [2 x i64], ptr %ts, i64 0, i64 1
+  %nsec = load i64, ptr %np
+  %s_ns = mul i64 %sec, 1000000000
+  %t = add i64 %s_ns, %nsec
+  ret i64 %t
+}}
+
+; Wake every sleeping helper, noting when (a helper measures how long it took to wake).
+define internal void @wake_helpers(ptr %p) {{
+  %seqp = getelementptr i64, ptr %p, i64 {SEQ}
+  %atp = getelementptr i64, ptr %p, i64 {WOKEN_AT}
+  %t = call i64 @now_ns()
+  store atomic i64 %t, ptr %atp seq_cst, align 8
+  %r = call i64 (i64, ...) @syscall(i64 {futex}, ptr %seqp, i64 129, i64 2147483647)
+  ret void
+}}
 
 define internal void @relax() {{
   {pause}
   ret void
 }}
 
-; Claim and run chunks of the posted stage until none is left.
-define internal void @run_chunks(ptr %p) {{
+; Claim and run chunks of the posted stage until none is left (counting a helper's in HELPED).
+define internal void @run_chunks(ptr %p, i1 %helper) {{
 entry:
   %fn_slot = getelementptr i64, ptr %p, i64 {FN}
   %fn_i = load i64, ptr %fn_slot
@@ -81,7 +109,13 @@ entry:
 claim:
   %k = atomicrmw add ptr %next, i64 1 seq_cst
   %more = icmp slt i64 %k, %chunks
-  br i1 %more, label %run, label %done
+  br i1 %more, label %count, label %done
+count:
+  br i1 %helper, label %helped, label %run
+helped:
+  %helpedp = getelementptr i64, ptr %p, i64 {HELPED}
+  %h = atomicrmw add ptr %helpedp, i64 1 seq_cst
+  br label %run
 run:
   %b0 = mul i64 %extent, %k
   %begin = sdiv i64 %b0, %chunks
@@ -138,6 +172,20 @@ futex:
   br label %woke
 woke:
   %s1 = atomicrmw sub ptr %sleepp, i64 1 seq_cst
+  %atp = getelementptr i64, ptr %p, i64 {WOKEN_AT}
+  %at = atomicrmw xchg ptr %atp, i64 0 seq_cst
+  %first = icmp ne i64 %at, 0
+  br i1 %first, label %measure, label %slept
+measure:
+  %t = call i64 @now_ns()
+  %took = sub i64 %t, %at
+  %wakep = getelementptr i64, ptr %p, i64 {WAKE_NS}
+  %before = load atomic i64, ptr %wakep seq_cst, align 8
+  %both = add i64 %before, %took
+  %fresh = icmp eq i64 %before, 0
+  %half = lshr i64 %both, 1
+  %avg = select i1 %fresh, i64 %took, i64 %half
+  store atomic i64 %avg, ptr %wakep seq_cst, align 8
   br label %slept
 slept:
   br label %wait
@@ -154,7 +202,7 @@ join:
   %current = icmp eq i32 %g3, %g
   br i1 %current, label %work, label %left
 work:
-  call void @run_chunks(ptr %p)
+  call void @run_chunks(ptr %p, i1 true)
   br label %left
 left:
   %a1 = atomicrmw sub ptr %activep, i64 1 seq_cst
@@ -197,6 +245,8 @@ write:
   store i64 %helpers, ptr %f15
   %remaining = getelementptr i64, ptr %p, i64 {REMAINING}
   store atomic i64 %chunks, ptr %remaining seq_cst, align 8
+  %helpedp = getelementptr i64, ptr %p, i64 {HELPED}
+  store atomic i64 0, ptr %helpedp seq_cst, align 8
   %f16 = getelementptr i64, ptr %p, i64 {NEXT}
   store atomic i64 0, ptr %f16 seq_cst, align 8
   %even = add i32 %g, 2
@@ -206,10 +256,10 @@ write:
   %any = icmp ne i64 %sleepers, 0
   br i1 %any, label %wake, label %work
 wake:
-  %wr = call i64 (i64, ...) @syscall(i64 {futex}, ptr %seqp, i64 129, i64 2147483647)
+  call void @wake_helpers(ptr %p)
   br label %work
 work:
-  call void @run_chunks(ptr %p)
+  call void @run_chunks(ptr %p, i1 false)
   br label %finish
 finish:
   %left = load atomic i64, ptr %remaining seq_cst, align 8
@@ -222,12 +272,35 @@ done:
   ret void
 }}
 
+; Note a stage's time per unit of work, measured over a run of it by the caller alone, in the
+; stage's own slot: picoseconds per innermost iteration, at least 1 (0 means not measured yet).
+define internal void @note_rate(ptr %rate, i64 %t0, i64 %t1, i64 %work) {{
+entry:
+  %some = icmp sgt i64 %work, 0
+  br i1 %some, label %note, label %done
+note:
+  %ns = sub i64 %t1, %t0
+  %total = mul i64 %ns, 1000
+  %ps = sdiv i64 %total, %work
+  %low = icmp slt i64 %ps, 1
+  %kept = select i1 %low, i64 1, i64 %ps
+  store atomic i64 %kept, ptr %rate monotonic, align 8
+  br label %done
+done:
+  ret void
+}}
+
 ; What a program's main calls for a stage it may split: the stage over [0, extent) in chunks on
 ; the caller and up to threads - 1 helpers (walks_all: every chunk walks the whole update list);
 ; the stage whole on the caller when there is no helper, or another caller holds the pool.
-; Returns the status of the first failed chunk (its record copied to err), else FLAGGED if any
-; chunk flagged, else OK.
-define i32 @cinnlite_parallel(ptr %fn, ptr %bufs, i64 %extent, i64 %threads, i64 %walks_all, ptr %err) {{
+; A helper that sleeps is worth waking only if it arrives well before the caller alone would be
+; done: when every helper sleeps and the stage's last measured time alone (``rate``, its own slot,
+; times ``work``, its innermost iterations) is under twice the time the last wake-ups took, the
+; caller runs the stage whole and lets them sleep (on a virtual machine an idle virtual CPU can
+; take a millisecond to run again). Returns the status of the first failed chunk (its record
+; copied to err), else FLAGGED if any chunk flagged, else OK.
+define i32 @cinnlite_parallel(ptr %fn, ptr %bufs, i64 %extent, i64 %work, i64 %threads, i64 %walks_all, ptr %err,
+                              ptr %rate) {{
 entry:
   %p = getelementptr i64, ptr @cinnlite_pool_record, i64 0
   %one = icmp sle i64 %threads, 1
@@ -248,18 +321,37 @@ sized:
   %none = icmp sle i64 %helpers, 0
   br i1 %none, label %unlock_serial, label %awake
 awake:
-  ; Every chunk of an update nest walks all updates: with every helper asleep, the caller would
-  ; walk them once per chunk. It walks them once, whole, and wakes the helpers for what follows.
-  %rows = icmp ne i64 %walks_all, 0
   %sleepersp = getelementptr i64, ptr %p, i64 {SLEEPERS}
   %asleep = load atomic i64, ptr %sleepersp seq_cst, align 8
   %all_asleep = icmp sge i64 %asleep, %have
-  %alone = and i1 %rows, %all_asleep
-  br i1 %alone, label %rouse, label %split
+  br i1 %all_asleep, label %cold, label %split
+cold:
+  %ps = load atomic i64, ptr %rate monotonic, align 8
+  %wakep = getelementptr i64, ptr %p, i64 {WAKE_NS}
+  %wake = load atomic i64, ptr %wakep seq_cst, align 8
+  %known = icmp ne i64 %ps, 0
+  %cost = mul i64 %ps, %work
+  %worth = mul i64 %wake, 2000
+  %quick = icmp slt i64 %cost, %worth
+  %by_cost = and i1 %known, %quick
+  ; Every chunk of an update nest walks all updates: with every helper asleep, the caller would
+  ; walk them once per chunk. It walks them once, whole, and wakes the helpers for what follows
+  ; (unless the stage is quick).
+  %rows = icmp ne i64 %walks_all, 0
+  %alone = or i1 %by_cost, %rows
+  br i1 %alone, label %by_itself, label %split
+by_itself:
+  br i1 %by_cost, label %timed, label %rouse
 rouse:
-  %seqp = getelementptr i64, ptr %p, i64 {SEQ}
-  %woken = call i64 (i64, ...) @syscall(i64 {futex}, ptr %seqp, i64 129, i64 2147483647)
-  br label %unlock_serial
+  call void @wake_helpers(ptr %p)
+  br label %timed
+timed:
+  store atomic i64 0, ptr %callerp seq_cst, align 8
+  %t0 = call i64 @now_ns()
+  %alone_status = call i32 %fn(ptr %bufs, i64 0, i64 %extent, ptr %err)
+  %t1 = call i64 @now_ns()
+  call void @note_rate(ptr %rate, i64 %t0, i64 %t1, i64 %work)
+  ret i32 %alone_status
 unlock_serial:
   store atomic i64 0, ptr %callerp seq_cst, align 8
   br label %serial
@@ -277,13 +369,23 @@ split:
   %bufs_i = ptrtoint ptr %bufs to i64
   %errs_i = ptrtoint ptr %errs to i64
   %sts_i = ptrtoint ptr %sts to i64
+  %s0 = call i64 @now_ns()
   call void @cinnlite_pool_run(ptr %p, i64 %fn_i, i64 %bufs_i, i64 %errs_i, i64 {record_bytes}, i64 %sts_i,
                                i64 %extent, i64 %chunks, i64 %helpers)
+  %s1 = call i64 @now_ns()
+  %helpedp = getelementptr i64, ptr %p, i64 {HELPED}
+  %helped = load atomic i64, ptr %helpedp seq_cst, align 8
   store atomic i64 0, ptr %callerp seq_cst, align 8
+  %unhelped = icmp eq i64 %helped, 0
+  br i1 %unhelped, label %note, label %scan_from
+note:
+  call void @note_rate(ptr %rate, i64 %s0, i64 %s1, i64 %work)
+  br label %scan_from
+scan_from:
   br label %scan
 scan:
-  %k = phi i64 [ 0, %split ], [ %k1, %next_chunk ]
-  %flagged = phi i1 [ false, %split ], [ %flagged1, %next_chunk ]
+  %k = phi i64 [ 0, %scan_from ], [ %k1, %next_chunk ]
+  %flagged = phi i1 [ false, %scan_from ], [ %flagged1, %next_chunk ]
   %more = icmp slt i64 %k, %chunks
   br i1 %more, label %look, label %finished
 look:
@@ -329,7 +431,8 @@ _SPIN = ctypes.CFUNCTYPE(None, ctypes.c_int64)
 #: Where there is no futex: ``cinnlite_parallel`` runs every stage whole on the caller, and the
 #: runtime splits stages on the Python pool instead (``CPUExecutable._run_stages``).
 _SERIAL_IR = """
-define i32 @cinnlite_parallel(ptr %fn, ptr %bufs, i64 %extent, i64 %threads, i64 %walks_all, ptr %err) {
+define i32 @cinnlite_parallel(ptr %fn, ptr %bufs, i64 %extent, i64 %work, i64 %threads, i64 %walks_all, ptr %err,
+                              ptr %rate) {
   %r = call i32 %fn(ptr %bufs, i64 0, i64 %extent, ptr %err)
   ret i32 %r
 }
@@ -342,7 +445,7 @@ def _ir_text(machine: str) -> str:
     from ..codegen.llvm import ERROR, FLAGGED, OK
     slots = dict(SEQ=SEQ, ACTIVE=ACTIVE, NEXT=NEXT, REMAINING=REMAINING, SLEEPERS=SLEEPERS, CALLER=CALLER, FN=FN,
                  TABLE=TABLE, ERR_BASE=ERR_BASE, ERR_SIZE=ERR_SIZE, STATUSES=STATUSES, EXTENT=EXTENT, CHUNKS=CHUNKS,
-                 HELPERS=HELPERS, SPINS=SPINS, STARTED=STARTED)
+                 HELPERS=HELPERS, SPINS=SPINS, STARTED=STARTED, WAKE_NS=WAKE_NS, WOKEN_AT=WOKEN_AT, HELPED=HELPED)
     return _IR.format(pause_decl=pause_decl, pause=pause, futex=_FUTEX[machine], record=FIRST_FAILURE.size,
                       record_bytes=FIRST_FAILURE.nbytes, error=ERROR, flagged=FLAGGED, ok=OK, **slots)
 
@@ -372,9 +475,11 @@ class NativePool:
         else the serial ``cinnlite_parallel``. ``jit_module(text, symbols)`` makes an engine."""
         machine = platform.machine().lower()
         if sys.platform.startswith("linux") and machine in _FUTEX:
-            syscall = ctypes.cast(ctypes.CDLL(None).syscall, ctypes.c_void_p).value
+            libc = ctypes.CDLL(None)
+            symbols = {name: ctypes.cast(getattr(libc, name), ctypes.c_void_p).value
+                       for name in ("syscall", "clock_gettime")}
             try:
-                return cls(jit_module(_ir_text(machine), {"syscall": syscall}), True)
+                return cls(jit_module(_ir_text(machine), symbols), True)
             except Exception:  # noqa: BLE001 - the serial code and the Python pool serve instead
                 pass
         return cls(jit_module(_SERIAL_IR, {}), False)
@@ -399,7 +504,7 @@ class NativePool:
         wanted, self._helpers = self._helpers, 0
         self._grow_lock = threading.Lock()
         if self._record is not None:
-            for slot in (STARTED, CALLER, ACTIVE, SLEEPERS):
+            for slot in (STARTED, CALLER, ACTIVE, SLEEPERS, WOKEN_AT):
                 self._record[slot] = 0
         self.grow(wanted)
 
