@@ -341,7 +341,15 @@ cold:
   %alone = or i1 %by_cost, %rows
   br i1 %alone, label %by_itself, label %split
 by_itself:
-  br i1 %by_cost, label %timed, label %rouse
+  br i1 %by_cost, label %forget, label %rouse
+forget:
+  ; The wake-up is measured only when helpers are woken: let the estimate fade by a sixteenth
+  ; with every stage it keeps whole, so that one slow wake-up (or a machine that got quicker)
+  ; cannot keep the helpers asleep for good; a later stage then wakes them and measures again.
+  %fade = lshr i64 %wake, 4
+  %faded = sub i64 %wake, %fade
+  store atomic i64 %faded, ptr %wakep seq_cst, align 8
+  br label %timed
 rouse:
   call void @wake_helpers(ptr %p)
   br label %timed
