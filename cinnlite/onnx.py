@@ -200,6 +200,12 @@ class InferenceSession:
                                   "cinnlite does not import: " +
                                   ", ".join(f"{op} x{c}" for op, c in sorted(counts.items())))
         self._inputs = [d for d in graph_inputs(model) if d.name not in self._initializers]
+        # What every run checks, read from the model once: a call right after a pause pays for
+        # every page it touches, and walking the protobuf or asking a dtype its name touch many.
+        self._input_names = [d.name for d in self._inputs]
+        self._dtypes = [_dtype_or_none(d.dtype) for d in self._inputs]
+        self._output_names = [o.name for o in graph.output]
+        self._known_outputs = frozenset(self._output_names)
         self._built: dict = {}
         self._lock = threading.Lock()
 
@@ -221,8 +227,8 @@ class InferenceSession:
 
     def run(self, output_names, input_feed: dict, run_options=None) -> list:
         """The outputs named (all when None), in that order, as numpy arrays."""
-        names = [o.name for o in self.model.graph.output] if output_names is None else list(output_names)
-        known = {o.name for o in self.model.graph.output}
+        names = self._output_names if output_names is None else list(output_names)
+        known = self._known_outputs
         bad = [n for n in names if n not in known]
         if bad:
             raise InputError(f"the model has no output {bad[0]!r}; its outputs: {', '.join(sorted(known))}")
@@ -235,13 +241,13 @@ class InferenceSession:
     def _feed(self, feed: dict) -> dict:
         if not isinstance(feed, dict):
             raise InputError("run() takes a dict of input name -> array")
-        mismatch = input_name_mismatch([d.name for d in self._inputs], feed)
-        if mismatch:
-            raise InputError(mismatch)
+        names = self._input_names
+        if len(feed) != len(names) or not all(n in feed for n in names):
+            raise InputError(input_name_mismatch(names, feed))
         arrays = {}
-        for d in self._inputs:
+        for d, want in zip(self._inputs, self._dtypes):
             a = host_array(feed[d.name], f"input '{d.name}'")
-            if a.dtype.name != d.dtype:
+            if (want is None or a.dtype != want) and a.dtype.name != d.dtype:
                 raise InputTypeError(f"input '{d.name}': expected dtype {d.dtype}, got {a.dtype.name} (cinnlite does "
                                      "not cast)")
             if d.shape is not None and (len(d.shape) != a.ndim or
@@ -329,6 +335,14 @@ def _onnxruntime():
     except ImportError:
         return None
     return onnxruntime
+
+
+def _dtype_or_none(name: str):
+    """The numpy dtype of that name, or None where numpy does not know the name."""
+    try:
+        return np.dtype(name)
+    except TypeError:
+        return None
 
 
 def _initializer_array(tensor):

@@ -42,10 +42,9 @@ class _Lease:
 
     __slots__ = ("__array_interface__", "block", "__weakref__")
 
-    def __init__(self, block: np.ndarray, shape: tuple, dtype: np.dtype):
+    def __init__(self, block: np.ndarray, address: int, shape: tuple, dtype: np.dtype):
         self.block = block  # keeps the memory alive for as long as an array refers to the lease
-        self.__array_interface__ = {"data": (block.ctypes.data, False), "shape": shape,
-                                    "typestr": dtype.str, "version": 3}
+        self.__array_interface__ = {"data": (address, False), "shape": shape, "typestr": dtype.str, "version": 3}
 
 
 class BufferPool:
@@ -61,7 +60,9 @@ class BufferPool:
     """
 
     def __init__(self):
-        self._blocks: dict = {}  # (shape, dtype) -> [[block, weak reference to its lease or None]]
+        # (shape, dtype) -> [[block, weak reference to its lease or None, the block's address]]
+        # (the address asked once: ``ndarray.ctypes`` runs Python code, slow in a call after a pause)
+        self._blocks: dict = {}
         self._lock = threading.Lock()
 
     def empty(self, shape, dtype, nbytes: int, per_call: int = 1, min_bytes: int = POOL_MIN_BYTES):
@@ -77,10 +78,11 @@ class BufferPool:
             slots = self._blocks.setdefault(key, [])
             slot = next((s for s in slots if s[1] is None or s[1]() is None), None)
             if slot is None:
-                slot = [np.empty(nbytes, np.uint8), None]
+                block = np.empty(nbytes, np.uint8)
+                slot = [block, None, block.ctypes.data]
                 if len(slots) < POOL_PER_SHAPE - 1 + per_call:
                     slots.append(slot)
-            lease = _Lease(slot[0], shape, np.dtype(dtype))
+            lease = _Lease(slot[0], slot[2], shape, np.dtype(dtype))
             slot[1] = weakref.ref(lease)
         arr = np.asarray(lease)
         # A dtype numpy knows only by its bytes (ml_dtypes' bfloat16 reads as void): view it as
