@@ -280,7 +280,7 @@ class InferenceSession:
                 segment.kind = ORT  # what cinnlite cannot import at these shapes runs on onnxruntime
                 segment.fallback = f"cinnlite could not import the segment: {exc}"
                 return self._build(segment, arrays)
-            return lambda feed: imported.named_outputs(exe.run(imported.feeds(feed)))
+            return _segment_runner(imported, exe)
         options = self._ort.SessionOptions()
         # onnxruntime's idle workers spin for tens of milliseconds after a run by default, on
         # the cores the cinnlite segment after it is about to use: here they sleep instead.
@@ -335,6 +335,17 @@ def _onnxruntime():
     except ImportError:
         return None
     return onnxruntime
+
+
+def _segment_runner(imported, exe):
+    """A cinnlite segment's run: the executable called with keywords, the path with the least
+    Python on it (its native entry where the call allows), outputs named as in the model."""
+    order = [b.name for b in exe.lowered.outputs]
+
+    def run(feed: dict) -> dict:
+        values = exe(**imported.feeds(feed))
+        return imported.named_outputs(dict(zip(order, values if len(order) > 1 else (values,))))
+    return run
 
 
 def _dtype_or_none(name: str):

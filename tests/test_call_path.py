@@ -211,6 +211,36 @@ def test_symbols_shared_by_inputs_and_two_outputs():
     assert kind is InputError and "symbolic size E" in message
 
 
+@pytest.mark.parametrize("symbolic", [False, True])
+def test_two_big_outputs_and_a_big_intermediate_come_from_the_pool_on_the_fast_path(symbolic):
+    """Outputs from POOL_MIN_BYTES and intermediates from POOL_MIN_BYTES_INTERMEDIATE come from
+    the buffer pool on the fast path as on the general one: served, each block used again once
+    its array is dropped, never while a caller holds the result."""
+    from cinnlite.runtime.executable import POOL_MIN_BYTES
+    rows = POOL_MIN_BYTES // 64 + 1  # 16 float32 per row: just above the pool's minimum
+    b = cl.NetBuilder("pooled_pair")
+    x = b.create_input(cl.Float(32), ("N", 16, 2) if symbolic else (100, 16, 2), "x")
+    i = b.create_input(cl.Int(64), ("E",) if symbolic else (rows,), "i")
+    summed = b.reduce_sum(b.take(x, i, axis=0), axes=[2])  # a reduction: never inlined
+    exe = cl.compile(b.build([b.add(summed, summed), b.multiply(summed, summed)]))
+    x_np, i_np = RNG.random((100, 16, 2), dtype=np.float32), RNG.integers(0, 100, rows)
+    want = x_np[i_np].sum(axis=2)
+    exe(x=x_np, i=i_np)
+    assert [b.name for b in exe.lowered.intermediates] == [summed.name]
+    counted = Counted(exe)
+    kept = compare(exe, x=x_np, i=i_np)[1]
+    np.testing.assert_array_equal(kept[0], want + want)
+    np.testing.assert_array_equal(kept[1], want * want)
+    addresses = [a.ctypes.data for a in exe(x=x_np, i=i_np)]  # dropped at once: its blocks come back
+    again = exe(x=x_np, i=i_np)
+    assert [a.ctypes.data for a in again] == addresses
+    assert not any(np.shares_memory(k, a) for k in kept for a in again)
+    np.testing.assert_array_equal(kept[0], want + want)
+    assert counted.served == counted.calls == 3
+    plan = exe._shapes.static or next(iter(exe._shapes.by_shapes.values()))
+    assert all(terms is not None for terms in plan.fast.pooled)
+
+
 def test_big_calls_give_up_the_gil_while_their_code_runs(cache_dir):
     exe = _take(("N", 1), ("E",))
     counted = Counted(exe)

@@ -26,7 +26,7 @@ from ..errors import CompileError
 from ..ir.loopnest import LoweredProgram
 from ..ir.schedule_cpu import PARALLEL_MIN_WORK
 from .cache import compiler_source_digest
-from .executable import POOL_MIN_BYTES, POOL_MIN_BYTES_INTERMEDIATE, Executable, OutArrays
+from .executable import Executable, OutArrays
 from .native_call import GENERAL, HOLD_GIL_MAX_WORK, FastPlan, NativeCall, array_layout_confirmed, register_symbols
 from .native_pool import register_pool, shared_native_pool
 from .workers import MAX_THREADS, check_threads, shared_pool
@@ -432,7 +432,9 @@ class CPUExecutable(Executable):
                     return out
                 out = None
             elif call.runs:
-                outs = list(map(_empty, call.shapes, call.dtypes))
+                pool = self._pool
+                outs = [_empty(shape, dtype) if terms is None else pool.empty(shape, dtype, *terms)
+                        for shape, dtype, terms in zip(call.shapes, call.dtypes, call.pooled)]
                 if call.function(*arrays, *call.fixed, *outs) is outs[0]:
                     return outs[0] if call.n_outputs == 1 else tuple(outs[:call.n_outputs])
             elif call.specialised is not None:
@@ -441,9 +443,9 @@ class CPUExecutable(Executable):
 
     def _fast_plan(self, plan) -> FastPlan:
         """What the fast path needs for ``plan``'s sizes, made once per plan: the static
-        executable of these sizes, or the function and the arrays in slot order; GENERAL where
-        the call splits across threads, needs pooled buffers, or returns an input or a constant
-        (a copy, which the general path makes)."""
+        executable of these sizes, or the function and the arrays in slot order (the pool's
+        terms for those it serves); GENERAL where the Python pool splits the call across
+        threads, or it returns an input or a constant (a copy, which the general path makes)."""
         if plan.specialised is not None:
             plan.fast = FastPlan(specialised=plan.specialised)
             return plan.fast
@@ -453,17 +455,16 @@ class CPUExecutable(Executable):
         n_given = next((k for k, name in enumerate(rest) if name not in given), len(rest))
         written = rest[n_given:]
         outputs = [b.name for b in self.lowered.outputs]
-        pooled = [name for name in written if allocs.get(name, (0, 0, 0))[2] >= (
-            POOL_MIN_BYTES if name in outputs else POOL_MIN_BYTES_INTERMEDIATE)]
-        # One big output (no intermediate) comes from the pool, allocated by the fast call itself.
-        if (self._splits(plan) or not all(name in allocs for name in written) or written[:len(outputs)] != outputs
-                or pooled and len(written) > 1):
+        if self._splits(plan) or not all(name in allocs for name in written) or written[:len(outputs)] != outputs:
             plan.fast = GENERAL
             return plan.fast
+        # Arrays big enough for the buffer pool come from it, as on the general path.
+        terms = [self._pool_terms(plan, name, *allocs[name]) for name in written]
+        pooled = [t if t[0] >= t[2] else None for t in terms]
         work = sum(work for _, work in self._stage_sizes(plan))
         function = self._fast.holding if work <= HOLD_GIL_MAX_WORK else self._fast.releasing
         plan.fast = FastPlan(function, [given[name] for name in rest[:n_given]], [allocs[name][:2] for name in written],
-                             len(outputs), pooled_nbytes=allocs[pooled[0]][2] if pooled else 0)
+                             len(outputs), pooled=pooled)
         return plan.fast
 
     def _splits(self, plan) -> bool:

@@ -246,14 +246,18 @@ class Executable:
         buffers = dict(arrays)
         buffers.update(self._consts)
         buffers.update(plan.symbol_arrays)
+        for name, shape, dtype, nbytes in plan.allocs:
+            buffers[name] = outputs[name] if outputs and name in outputs else self._pool.empty(
+                shape, dtype, *self._pool_terms(plan, name, shape, dtype, nbytes))
+        return buffers
+
+    def _pool_terms(self, plan: ShapePlan, name: str, shape, dtype, nbytes: int) -> tuple:
+        """``BufferPool.empty``'s (nbytes, per_call, min_bytes) for buffer ``name`` of a call."""
         per_call = plan.extra.get("per_call")
         if per_call is None:
             per_call = plan.extra["per_call"] = Counter((shape, np.dtype(dtype)) for _, shape, dtype, _ in plan.allocs)
-        for name, shape, dtype, nbytes in plan.allocs:
-            buffers[name] = outputs[name] if outputs and name in outputs else self._pool.empty(
-                shape, dtype, nbytes, per_call[shape, np.dtype(dtype)],
+        return (nbytes, per_call[shape, np.dtype(dtype)],
                 POOL_MIN_BYTES if name in self._output_names else POOL_MIN_BYTES_INTERMEDIATE)
-        return buffers
 
     def _raise_index_error(self, check_id: int, position: int, buffers: dict, value: int | None = None,
                            plan: ShapePlan | None = None):

@@ -137,10 +137,10 @@ class FastPlan:
     of these sizes, which serves them itself (``specialised``)."""
 
     __slots__ = ("function", "fixed", "single", "shape", "dtype", "shapes", "dtypes", "n_outputs", "specialised",
-                 "runs", "pooled_nbytes")
+                 "runs", "pooled_nbytes", "pooled")
 
     def __init__(self, function=None, fixed=(), allocs=(), n_outputs=1, specialised=None, runs=True,
-                 pooled_nbytes=0):
+                 pooled=()):
         self.function = function
         self.fixed = tuple(fixed)
         self.shapes = tuple(shape for shape, _ in allocs)
@@ -150,8 +150,10 @@ class FastPlan:
         self.n_outputs = n_outputs
         self.specialised = specialised
         self.runs = runs and specialised is None
-        # A single output big enough for the buffer pool: its size in bytes (0 otherwise).
-        self.pooled_nbytes = pooled_nbytes
+        # Per array to write: the buffer pool's (nbytes, per_call, min_bytes) where the pool
+        # serves it, else None; and a single output's size in bytes where the pool serves it.
+        self.pooled = tuple(pooled) or (None,) * len(allocs)
+        self.pooled_nbytes = self.pooled[0][0] if self.single and self.pooled[0] else 0
 
 
 #: The FastPlan of sizes the fast path does not serve (the general path runs them).
