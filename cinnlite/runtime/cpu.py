@@ -26,7 +26,7 @@ from ..errors import CompileError
 from ..ir.loopnest import LoweredProgram
 from ..ir.schedule_cpu import PARALLEL_MIN_WORK
 from .cache import compiler_source_digest
-from .executable import Executable, OutArrays
+from .executable import BufferPool, Executable, OutArrays
 from .native_call import GENERAL, HOLD_GIL_MAX_WORK, FastPlan, NativeCall, array_layout_confirmed, register_symbols
 from .native_pool import register_pool, shared_native_pool
 from .workers import MAX_THREADS, check_threads, shared_pool
@@ -426,8 +426,8 @@ class CPUExecutable(Executable):
                         and call.function(*arrays, *call.fixed, out) is out):
                     return out
             elif call.single:
-                out = (self._pool.empty(call.shape, call.dtype, call.pooled_nbytes) if call.pooled_nbytes
-                       else _empty(call.shape, call.dtype))
+                terms = call.pooled[0]
+                out = self._pool.empty(call.shape, call.dtype, *terms) if terms else _empty(call.shape, call.dtype)
                 if call.function(*arrays, *call.fixed, out) is out:
                     return out
                 out = None
@@ -459,8 +459,8 @@ class CPUExecutable(Executable):
             plan.fast = GENERAL
             return plan.fast
         # Arrays big enough for the buffer pool come from it, as on the general path.
-        terms = [self._pool_terms(plan, name, *allocs[name]) for name in written]
-        pooled = [t if t[0] >= t[2] else None for t in terms]
+        terms = self._pool_terms(plan)
+        pooled = [terms[name] if BufferPool.serves(terms[name][0], terms[name][2]) else None for name in written]
         work = sum(work for _, work in self._stage_sizes(plan))
         function = self._fast.holding if work <= HOLD_GIL_MAX_WORK else self._fast.releasing
         plan.fast = FastPlan(function, [given[name] for name in rest[:n_given]], [allocs[name][:2] for name in written],

@@ -65,13 +65,18 @@ class BufferPool:
         self._blocks: dict = {}
         self._lock = threading.Lock()
 
+    @staticmethod
+    def serves(nbytes: int, min_bytes: int = POOL_MIN_BYTES) -> bool:
+        """Whether ``empty`` hands out a block of ``nbytes`` (else a plain new array)."""
+        return min_bytes <= nbytes <= POOL_MAX_BYTES
+
     def empty(self, shape, dtype, nbytes: int, per_call: int = 1, min_bytes: int = POOL_MIN_BYTES):
         """An array over a free block of this (shape, dtype), or over a new one. ``per_call``:
         how many such arrays one call of the executable takes (its intermediates may share a
         shape): the pool keeps that many blocks more than ``POOL_PER_SHAPE - 1``, so that every
         one of them is reused rather than faulted in again on every call. Blocks below
         ``min_bytes`` are plain new arrays."""
-        if nbytes < min_bytes or nbytes > POOL_MAX_BYTES:
+        if not self.serves(nbytes, min_bytes):
             return np.empty(shape, dtype)
         key = (shape, dtype)
         with self._lock:
@@ -246,18 +251,23 @@ class Executable:
         buffers = dict(arrays)
         buffers.update(self._consts)
         buffers.update(plan.symbol_arrays)
-        for name, shape, dtype, nbytes in plan.allocs:
+        terms = self._pool_terms(plan)
+        for name, shape, dtype, _ in plan.allocs:
             buffers[name] = outputs[name] if outputs and name in outputs else self._pool.empty(
-                shape, dtype, *self._pool_terms(plan, name, shape, dtype, nbytes))
+                shape, dtype, *terms[name])
         return buffers
 
-    def _pool_terms(self, plan: ShapePlan, name: str, shape, dtype, nbytes: int) -> tuple:
-        """``BufferPool.empty``'s (nbytes, per_call, min_bytes) for buffer ``name`` of a call."""
-        per_call = plan.extra.get("per_call")
-        if per_call is None:
-            per_call = plan.extra["per_call"] = Counter((shape, np.dtype(dtype)) for _, shape, dtype, _ in plan.allocs)
-        return (nbytes, per_call[shape, np.dtype(dtype)],
-                POOL_MIN_BYTES if name in self._output_names else POOL_MIN_BYTES_INTERMEDIATE)
+    def _pool_terms(self, plan: ShapePlan) -> dict:
+        """``BufferPool.empty``'s (nbytes, per_call, min_bytes) for every buffer a call of
+        ``plan``'s sizes allocates, by name; made once per plan (both call paths use them)."""
+        terms = plan.extra.get("pool_terms")
+        if terms is None:
+            per_call = Counter((shape, np.dtype(dtype)) for _, shape, dtype, _ in plan.allocs)
+            terms = plan.extra["pool_terms"] = {
+                name: (nbytes, per_call[shape, np.dtype(dtype)],
+                       POOL_MIN_BYTES if name in self._output_names else POOL_MIN_BYTES_INTERMEDIATE)
+                for name, shape, dtype, nbytes in plan.allocs}
+        return terms
 
     def _raise_index_error(self, check_id: int, position: int, buffers: dict, value: int | None = None,
                            plan: ShapePlan | None = None):

@@ -137,7 +137,7 @@ class FastPlan:
     of these sizes, which serves them itself (``specialised``)."""
 
     __slots__ = ("function", "fixed", "single", "shape", "dtype", "shapes", "dtypes", "n_outputs", "specialised",
-                 "runs", "pooled_nbytes", "pooled")
+                 "runs", "pooled")
 
     def __init__(self, function=None, fixed=(), allocs=(), n_outputs=1, specialised=None, runs=True,
                  pooled=()):
@@ -151,9 +151,8 @@ class FastPlan:
         self.specialised = specialised
         self.runs = runs and specialised is None
         # Per array to write: the buffer pool's (nbytes, per_call, min_bytes) where the pool
-        # serves it, else None; and a single output's size in bytes where the pool serves it.
+        # serves it, else None (a plain new array).
         self.pooled = tuple(pooled) or (None,) * len(allocs)
-        self.pooled_nbytes = self.pooled[0][0] if self.single and self.pooled[0] else 0
 
 
 #: The FastPlan of sizes the fast path does not serve (the general path runs them).
