@@ -23,6 +23,7 @@ import pytest
 import cinnlite as cl
 from cinnlite.runtime import cpu
 from cinnlite.runtime.cpu import PARALLEL_MIN_WORK
+from cinnlite.runtime.executable import HUGE_PAGE, _huge_extent
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 N = 4 * PARALLEL_MIN_WORK  # rows of a take big enough to be split across threads
@@ -32,6 +33,7 @@ import json, os, signal, sys, threading, time
 import numpy as np
 import cinnlite as cl
 from cinnlite.runtime.cpu import PARALLEL_MIN_WORK
+from cinnlite.runtime.executable import HUGE_PAGE, _huge_extent
 N = 4 * PARALLEL_MIN_WORK
 
 def parallel_take(name, threads):
@@ -213,6 +215,58 @@ def test_a_dropped_result_is_gone_not_reused_behind_a_weak_reference():
     call(31)
     kept = ref()
     assert kept is None or np.array_equal(kept, want), "a dropped result was reused while still reachable"
+
+
+def test_pool_blocks_lie_on_large_pages_where_that_wastes_at_most_half():
+    """A block is rounded up to whole 2 MiB pages where that adds at most half as much again,
+    else only its whole pages are large; under one page and a half of a page, none."""
+    page = HUGE_PAGE
+    assert _huge_extent(3_000_000) == 2 * page         # 4 MiB for 2.9 MiB: a third more
+    assert _huge_extent(1_600_000) == page             # 2 MiB for 1.5 MiB
+    assert _huge_extent(page + 1) == page              # one byte over: its whole page only
+    assert _huge_extent(page // 2) == 0
+    assert _huge_extent(5 * page) == 5 * page
+
+
+def _vm_flags(address: int) -> list:
+    """The kernel's flags of the mapping that holds ``address`` (Linux's /proc/self/smaps)."""
+    flags, inside = None, False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split()[0]
+            if "-" in head and not head.endswith(":"):
+                lo, hi = (int(x, 16) for x in head.split("-"))
+                inside = lo <= address < hi
+            elif inside and head == "VmFlags:":
+                flags = line.split()[1:]
+    return flags
+
+
+@pytest.mark.skipif(not os.path.exists("/sys/kernel/mm/transparent_hugepage"), reason="no transparent huge pages")
+def test_a_big_pooled_output_starts_on_a_large_page_and_asks_for_them():
+    call = _pooled_take()                     # a 4 MiB output
+    out, want = call(40)
+    np.testing.assert_array_equal(out, want)
+    address = out.__array_interface__["data"][0]
+    assert address % HUGE_PAGE == 0
+    assert "hg" in _vm_flags(address)          # madvise(MADV_HUGEPAGE) on its mapping
+
+
+def test_views_of_a_pooled_result_keep_the_result_itself():
+    """The pool knows a block is free by a weak reference to the array it handed out: every
+    view must keep that array, which holds only while its base is not an array (numpy would
+    collapse a view's base down to the array that owns the memory)."""
+    call = _pooled_take()
+    out, _ = call(41)
+    assert not isinstance(out.base, np.ndarray)
+    view = out[2:, ::3].T
+    assert view.base is out and out.reshape(-1).base is out and out.view(np.int32).base is out
+    ref = weakref.ref(out)
+    del out
+    assert ref() is not None                  # the view keeps it, so the block is not reused
+    del view
+    gc.collect()
+    assert ref() is None
 
 
 # -- Ctrl-C during a parallel call -----------------------------------------------------------------

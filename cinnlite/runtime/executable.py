@@ -2,6 +2,7 @@
 and the ``exe(**arrays)`` / ``exe.run(dict)`` / ``exe.source(stage)`` interface."""
 from __future__ import annotations
 
+import mmap
 import threading
 import weakref
 from collections import Counter
@@ -26,25 +27,46 @@ POOL_MAX_BYTES = 1 << 30
 #: call (a model with a dozen intermediates of 64 KiB to 1 MiB took 500 page faults a call).
 POOL_MIN_BYTES_INTERMEDIATE = 1 << 16
 POOL_PER_SHAPE = 2
+#: The kernel's large page (x86-64 and most arm64 Linux): pooled blocks are laid on them (see
+#: ``_new_block``).
+HUGE_PAGE = 2 << 20
 
 
-class _Lease:
-    """One handing-out of a pooled block, as the base object of the array the caller gets.
+def _huge_extent(nbytes: int) -> int:
+    """How much of a block of ``nbytes`` lies on large pages: all of it, rounded up to whole
+    pages, where that adds at most half as much again (a page is resident in full once
+    touched), else its whole pages only."""
+    up = -(-nbytes // HUGE_PAGE) * HUGE_PAGE
+    return up if 2 * (up - nbytes) <= nbytes else nbytes // HUGE_PAGE * HUGE_PAGE
 
-    Every array that can reach the block's memory refers to its lease: the handed-out array
-    has it as ``base``, and a view of that array (or a view of a view) refers to the array,
-    since numpy stops collapsing ``base`` chains at an object that is not an array. So while
-    the lease lives, something the caller can reach may read or write the block; once it is
-    gone (a weak reference tells, whatever the interpreter does with reference counts), nothing
-    can. A fresh array per handing-out also means that what a caller did to an earlier one
-    (reshaped it in place, changed its dtype or flags) never shows in a later result.
-    """
 
-    __slots__ = ("__array_interface__", "block", "__weakref__")
+def _new_block(nbytes: int) -> tuple:
+    """Memory for a pooled block: ``(buffer, offset of the block in it)``.
 
-    def __init__(self, block: np.ndarray, address: int, shape: tuple, dtype: np.dtype):
-        self.block = block  # keeps the memory alive for as long as an array refers to the lease
-        self.__array_interface__ = {"data": (address, False), "shape": shape, "typestr": dtype.str, "version": 3}
+    An anonymous private mapping, which is not an array: an array made over it (``np.ndarray``
+    with ``buffer=``) has it as ``base``, so numpy never collapses a view's ``base`` past that
+    array (see ``BufferPool``). Blocks of 1.33 MiB and more start on a 2 MiB boundary and ask
+    for Linux's transparent huge pages over what ``_huge_extent`` says: a pooled block is written by
+    every call, and a call after a pause finds neither the block in the caches nor its pages in
+    the TLB; on 4 KiB pages each page costs a page walk (on a virtual machine a nested one),
+    which made writing a cold 3 MB output take 1.6x as long as on 2 MiB pages. A kernel
+    without them ignores the advice; pages the block never touches are never made resident."""
+    if not hasattr(mmap, "MAP_PRIVATE"):  # no POSIX mappings: a bytearray is a buffer too
+        return bytearray(nbytes), 0
+    extent = _huge_extent(nbytes) if hasattr(mmap, "MADV_HUGEPAGE") else 0
+    slack = HUGE_PAGE if extent else 0
+    # A shared mapping would not be given large pages.
+    mapping = mmap.mmap(-1, max(extent, nbytes, 1) + slack, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    if not extent:
+        return mapping, 0
+    whole = np.frombuffer(mapping, np.uint8)
+    start = -whole.__array_interface__["data"][0] % HUGE_PAGE
+    del whole  # its export of the mapping
+    try:
+        mapping.madvise(mmap.MADV_HUGEPAGE, start, extent)
+    except OSError:
+        pass
+    return mapping, start
 
 
 class BufferPool:
@@ -52,16 +74,22 @@ class BufferPool:
 
     Fresh large arrays cost page faults on first touch, often more than the kernel itself. The
     pool keeps up to ``POOL_PER_SHAPE`` blocks of memory per (shape, dtype), more where one call
-    takes several arrays of that shape (see ``empty``), and never hands
-    out a block itself: each call gets a new array over a block, and the block is used again
-    only once no array over it is left (the caller dropped the result and every view of it, or
-    it was an intermediate of a finished call), so a result is never overwritten behind its
-    owner's back.
+    takes several arrays of that shape (see ``empty``), and never hands out a block itself:
+    each call gets a new array over a block (so what a caller did to an earlier one, reshaped
+    it in place or changed its dtype or flags, never shows in a later result), and the block is
+    used again only once no array over it is left (the caller dropped the result and every view
+    of it, or it was an intermediate of a finished call), so a result is never overwritten
+    behind its owner's back.
+
+    Whether any is left, a weak reference to the handed-out array tells, whatever the
+    interpreter does with reference counts: the array's ``base`` is the block's buffer, not an
+    array, so every view of it (and every view of a view) has the array itself as ``base``,
+    and a buffer export of it holds it too. The pool also holds an export of each mapping, so
+    that no one can close it through an array's ``base`` while arrays point into it.
     """
 
     def __init__(self):
-        # (shape, dtype) -> [[block, weak reference to its lease or None, the block's address]]
-        # (the address asked once: ``ndarray.ctypes`` runs Python code, slow in a call after a pause)
+        # (shape, dtype) -> [[buffer, weak reference to the array handed out or None, offset, export]]
         self._blocks: dict = {}
         self._lock = threading.Lock()
 
@@ -83,16 +111,15 @@ class BufferPool:
             slots = self._blocks.setdefault(key, [])
             slot = next((s for s in slots if s[1] is None or s[1]() is None), None)
             if slot is None:
-                block = np.empty(nbytes, np.uint8)
-                slot = [block, None, block.ctypes.data]
+                buffer, start = _new_block(nbytes)
+                slot = [buffer, None, start, memoryview(buffer)]
                 if len(slots) < POOL_PER_SHAPE - 1 + per_call:
                     slots.append(slot)
-            lease = _Lease(slot[0], slot[2], shape, np.dtype(dtype))
-            slot[1] = weakref.ref(lease)
-        arr = np.asarray(lease)
-        # A dtype numpy knows only by its bytes (ml_dtypes' bfloat16 reads as void): view it as
-        # itself; the view keeps the array, and through it the lease, as its base.
-        return arr if arr.dtype == dtype else arr.view(dtype)
+            # (An array over a buffer is made without parsing a description of it: a tenth
+            # of what ``__array_interface__`` costs, and far less in a call after a pause.)
+            arr = np.ndarray(shape, dtype, slot[0], slot[2])
+            slot[1] = weakref.ref(arr)
+        return arr
 
 
 #: DLPack device types whose memory the host can read: the CPU, and CUDA's pinned host memory.
