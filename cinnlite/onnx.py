@@ -25,6 +25,7 @@ from .frontend.onnx import (SUPPORTED_OPS, OnnxImportError, _onnx, graph_inputs,
 from .runtime.executable import host_array, input_name_mismatch
 
 CINNLITE, ORT = "cinnlite", "onnxruntime"
+_MISSING = object()
 
 
 @dataclass(frozen=True)
@@ -206,6 +207,7 @@ class InferenceSession:
         self._dtypes = [_dtype_or_none(d.dtype) for d in self._inputs]
         self._output_names = [o.name for o in graph.output]
         self._known_outputs = frozenset(self._output_names)
+        self._accepted_shapes = [None] * len(self._inputs)
         self._built: dict = {}
         self._lock = threading.Lock()
 
@@ -227,45 +229,66 @@ class InferenceSession:
 
     def run(self, output_names, input_feed: dict, run_options=None) -> list:
         """The outputs named (all when None), in that order, as numpy arrays."""
-        names = self._output_names if output_names is None else list(output_names)
-        known = self._known_outputs
-        bad = [n for n in names if n not in known]
-        if bad:
-            raise InputError(f"the model has no output {bad[0]!r}; its outputs: {', '.join(sorted(known))}")
+        if output_names is None:
+            names = self._output_names
+        else:
+            names = list(output_names)
+            bad = [n for n in names if n not in self._known_outputs]
+            if bad:
+                raise InputError(f"the model has no output {bad[0]!r}; its outputs: "
+                                 f"{', '.join(sorted(self._known_outputs))}")
         env = self._feed(input_feed)
         for k, segment in enumerate(self.segments):
-            arrays = {n: env[n] for n in segment.inputs}
-            env.update(self._run_segment(k, segment, arrays))
+            env.update(self._run_segment(k, segment, {n: env[n] for n in segment.inputs}))
         return [env[n] if n in env else _initializer_array(self._initializers[n]) for n in names]
 
     def _feed(self, feed: dict) -> dict:
+        """The feed's arrays by input name, each checked against the model's declaration.
+
+        A call after a pause pays for every line of Python it runs (the code and objects are no
+        longer in the caches), so the common case is one loop: an array of the declared dtype
+        and of the shape the input last accepted."""
         if not isinstance(feed, dict):
             raise InputError("run() takes a dict of input name -> array")
-        names = self._input_names
-        if len(feed) != len(names) or not all(n in feed for n in names):
-            raise InputError(input_name_mismatch(names, feed))
-        arrays = {}
-        for d, want in zip(self._inputs, self._dtypes):
-            a = host_array(feed[d.name], f"input '{d.name}'")
-            if (want is None or a.dtype != want) and a.dtype.name != d.dtype:
-                raise InputTypeError(f"input '{d.name}': expected dtype {d.dtype}, got {a.dtype.name} (cinnlite does "
-                                     "not cast)")
-            if d.shape is not None and (len(d.shape) != a.ndim or
-                                        any(w is not None and w != g for w, g in zip(d.shape, a.shape))):
-                want = "[" + ", ".join("?" if w is None else str(w) for w in d.shape) + "]"
-                raise InputError(f"input '{d.name}': expected shape {want}, got {list(a.shape)}")
-            arrays[d.name] = a
+        if len(feed) != len(self._input_names):
+            raise InputError(input_name_mismatch(self._input_names, feed))
+        arrays, accepted = {}, self._accepted_shapes
+        for k, (name, want) in enumerate(zip(self._input_names, self._dtypes)):
+            a = feed.get(name, _MISSING)
+            if a is _MISSING:
+                raise InputError(input_name_mismatch(self._input_names, feed))
+            if type(a) is not np.ndarray:
+                a = host_array(a, f"input '{name}'")
+            if a.dtype != want or a.shape != accepted[k]:
+                self._check_input(k, a)
+            arrays[name] = a
         return arrays
+
+    def _check_input(self, k: int, a: np.ndarray):
+        """Input ``k``'s dtype and shape against the model's declaration (``_feed``'s slow path);
+        a shape that passes is the one the next call compares with first."""
+        d, want = self._inputs[k], self._dtypes[k]
+        if (want is None or a.dtype != want) and a.dtype.name != d.dtype:
+            raise InputTypeError(f"input '{d.name}': expected dtype {d.dtype}, got {a.dtype.name} (cinnlite does "
+                                 "not cast)")
+        if d.shape is not None and (len(d.shape) != a.ndim or
+                                    any(w is not None and w != g for w, g in zip(d.shape, a.shape))):
+            shape = "[" + ", ".join("?" if w is None else str(w) for w in d.shape) + "]"
+            raise InputError(f"input '{d.name}': expected shape {shape}, got {list(a.shape)}")
+        if a.dtype == want:
+            self._accepted_shapes[k] = a.shape
 
     # -- segments --------------------------------------------------------------------------------------
 
     def _run_segment(self, k: int, segment: Segment, arrays: dict) -> dict:
-        key = (k, tuple((n, a.dtype.str, a.shape if segment.kind == CINNLITE else None)
-                        for n, a in arrays.items()))
-        with self._lock:
-            runner = self._built.get(key)
-            if runner is None:
-                runner = self._built[key] = self._build(segment, arrays)
+        shapes = segment.kind == CINNLITE
+        key = (k, *[(n, a.dtype, a.shape if shapes else None) for n, a in arrays.items()])
+        runner = self._built.get(key)
+        if runner is None:
+            with self._lock:
+                runner = self._built.get(key)
+                if runner is None:
+                    runner = self._built[key] = self._build(segment, arrays)
         return runner(arrays)
 
     def _build(self, segment: Segment, arrays: dict):
@@ -341,10 +364,11 @@ def _segment_runner(imported, exe):
     """A cinnlite segment's run: the executable called with keywords, the path with the least
     Python on it (its native entry where the call allows), outputs named as in the model."""
     order = [b.name for b in exe.lowered.outputs]
+    feeds, named_outputs = imported.feeds, imported.named_outputs
 
     def run(feed: dict) -> dict:
-        values = exe(**imported.feeds(feed))
-        return imported.named_outputs(dict(zip(order, values if len(order) > 1 else (values,))))
+        values = exe(**feeds(feed))
+        return named_outputs(dict(zip(order, values if len(order) > 1 else (values,))))
     return run
 
 

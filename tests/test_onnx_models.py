@@ -101,6 +101,18 @@ def test_session_interface_follows_onnxruntime(exported):
         mine.run(None, {**feed, "x": feed["x"][:, :3]})
     with pytest.raises(cl.InputError, match="no output"):
         mine.run(["nope"], feed)
+    # After calls that passed: a feed of the right count under another name, and a value that
+    # is not an array, are still named as what they are.
+    renamed = {**{k: v for k, v in feed.items() if k != "x"}, "features": feed["x"]}
+    with pytest.raises(cl.InputError, match="missing input.*'x'.*unknown input.*'features'"):
+        mine.run(None, renamed)
+    with pytest.raises(cl.InputTypeError, match="input 'x': expected dtype float32, got object"):
+        mine.run(None, {**feed, "x": None})
+    # Other sizes of the graph's open axes are checked again and served.
+    other = _feeds(ENTRIES["graphsage"], 2, 1)
+    np.testing.assert_allclose(mine.run(None, other)[0], theirs.run(None, other)[0], rtol=2e-5, atol=2e-5)
+    with pytest.raises(cl.InputError, match="expected shape"):
+        mine.run(None, {**other, "x": other["x"][:, :3]})
 
 
 # -- the operators around the gathers, one node each ---------------------------------------------------

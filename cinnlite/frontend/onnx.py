@@ -22,6 +22,7 @@ import re
 import warnings
 from collections import Counter
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -87,12 +88,21 @@ class ImportedModel:
 
     def feeds(self, arrays: dict) -> dict:
         """Input arrays keyed by ONNX input name -> keyed by Program input name."""
-        by_onnx = {onnx_name: t.name for onnx_name, t in self.inputs}
+        by_onnx = self._program_names
         return {by_onnx.get(name, name): value for name, value in arrays.items()}
 
     def named_outputs(self, results: dict) -> dict:
         """``exe.run`` results keyed by Program output name -> keyed by ONNX output name."""
-        return {onnx_name: results[t.name] for onnx_name, t in self.outputs}
+        return {onnx_name: results[name] for onnx_name, name in self._output_pairs}
+
+    # Made once: a session calls the two above on every run.
+    @cached_property
+    def _program_names(self) -> dict:
+        return {onnx_name: t.name for onnx_name, t in self.inputs}
+
+    @cached_property
+    def _output_pairs(self) -> tuple:
+        return tuple((onnx_name, t.name) for onnx_name, t in self.outputs)
 
 
 def from_onnx(model_or_path, shapes: dict | None = None, name: str | None = None) -> Program:
