@@ -127,7 +127,8 @@ def test_main_splits_big_stages_on_the_native_pool(symbolic):
     prog = _take_program("R", "E") if symbolic else _take_program(1000, N)
     x, i = rng.standard_normal((1000, 16)).astype(np.float32), rng.integers(0, 1000, N)
     exe = cl.compile(prog, threads=2)
-    _pool_record()[native_pool.WAKE_NS] = 0  # waking costs nothing: sleeping helpers are always worth it
+    record = _pool_record()
+    record[native_pool.WAKE_NS] = record[native_pool.WAKE_CALL_NS] = 0  # waking costs nothing: always worth it
     assert not any(exe._python_splits)
     before = _posted_stages()
     np.testing.assert_array_equal(exe(x=x, i=i), x[i])
@@ -171,36 +172,42 @@ def _all_helpers_asleep() -> bool:
 def test_sleeping_helpers_are_woken_only_for_stages_longer_than_waking_them():
     """With every helper asleep, a stage measured to take less than twice what waking them took
     runs whole on the caller (nothing posted, nobody woken, its time measured again, the
-    wake-up estimate fading); a longer one is split, and the woken helper measures how long it
-    took to wake."""
+    wake-up estimates fading): whether the helper was slow to run or the wake-up call held the
+    caller; a longer one is split, the woken helper measures how long it took to wake, and the
+    caller how long the call held it."""
     rng = np.random.default_rng(9)
     x, i = rng.standard_normal((999, 16)).astype(np.float32), rng.integers(0, 999, N)
     exe = cl.compile(_take_program(999, N), threads=2)
     np.testing.assert_array_equal(exe(x=x, i=i), x[i])  # starts the helper
     rates, record = _rate_slots(exe), _pool_record()
     assert rates
-    kept = record[native_pool.WAKE_NS]
+    slots = (native_pool.WAKE_NS, native_pool.WAKE_CALL_NS)
+    kept = [record[k] for k in slots]
     try:
-        record[native_pool.WAKE_NS] = 10**9  # a second to wake
-        for rate in rates:
-            rate.value = 1  # a picosecond per iteration
-        assert _until(_all_helpers_asleep)
-        before, record[native_pool.WOKEN_AT] = _posted_stages(), 0
-        np.testing.assert_array_equal(exe(x=x, i=i), x[i])
-        assert _posted_stages() == before and record[native_pool.WOKEN_AT] == 0 and _all_helpers_asleep()
-        assert all(rate.value > 1 for rate in rates)
-        assert record[native_pool.WAKE_NS] < 10**9  # unmeasured, the estimate fades
+        for slow in slots:  # a second for the helper to run, or for the call to return
+            record[native_pool.WAKE_NS] = record[native_pool.WAKE_CALL_NS] = 1
+            record[slow] = 10**9
+            for rate in rates:
+                rate.value = 1  # a picosecond per iteration
+            assert _until(_all_helpers_asleep)
+            before, record[native_pool.WOKEN_AT] = _posted_stages(), 0
+            np.testing.assert_array_equal(exe(x=x, i=i), x[i])
+            assert _posted_stages() == before and record[native_pool.WOKEN_AT] == 0 and _all_helpers_asleep()
+            assert all(rate.value > 1 for rate in rates)
+            assert record[slow] < 10**9  # unmeasured, the estimate fades
 
-        record[native_pool.WAKE_NS] = 1
+        record[native_pool.WAKE_NS] = record[native_pool.WAKE_CALL_NS] = 1
         for rate in rates:
             rate.value = 10**6  # a microsecond per iteration
         assert _until(_all_helpers_asleep)
         before = _posted_stages()
         np.testing.assert_array_equal(exe(x=x, i=i), x[i])
         assert _posted_stages() > before
+        assert record[native_pool.WAKE_CALL_NS] != 1
         assert _until(lambda: record[native_pool.WAKE_NS] != 1)
     finally:
-        record[native_pool.WAKE_NS] = kept
+        for k, value in zip(slots, kept):
+            record[k] = value
 
 
 def test_threads_calling_at_once_all_get_their_own_right_results():

@@ -41,9 +41,11 @@ SPIN_US = 200
 SEQ, ACTIVE, NEXT, REMAINING, SLEEPERS, CALLER = 0, 8, 16, 24, 32, 40
 FN, TABLE, ERR_BASE, ERR_SIZE, STATUSES, EXTENT, CHUNKS, HELPERS, SPINS, STARTED = range(48, 58)
 #: Slots of what the pool learns: how long a sleeping helper took to wake (ns, last two
-#: averaged), when the caller last woke the helpers (ns, cleared by the first to wake), and how
-#: many chunks of the current stage helpers ran.
-WAKE_NS, WOKEN_AT, HELPED = 58, 59, 60
+#: averaged), when the caller last woke the helpers (ns, cleared by the first to wake), how
+#: many chunks of the current stage helpers ran, and how long the wake-up call held the caller
+#: (ns, last two averaged: on a virtual machine, waking an idle virtual CPU can keep the waker
+#: in the system call for hundreds of microseconds, however soon the helper runs).
+WAKE_NS, WOKEN_AT, HELPED, WAKE_CALL_NS = 58, 59, 60, 61
 RECORD_WORDS = 64
 
 _FUTEX = {"x86_64": 202, "aarch64": 98}
@@ -69,13 +71,29 @@ define internal i64 @now_ns() {{
   ret i64 %t
 }}
 
-; Wake every sleeping helper, noting when (a helper measures how long it took to wake).
+; Average a measured time into a slot of the record: the last two, or the first alone.
+define internal void @note_average(ptr %slot, i64 %took) {{
+  %before = load atomic i64, ptr %slot seq_cst, align 8
+  %both = add i64 %before, %took
+  %fresh = icmp eq i64 %before, 0
+  %half = lshr i64 %both, 1
+  %avg = select i1 %fresh, i64 %took, i64 %half
+  store atomic i64 %avg, ptr %slot seq_cst, align 8
+  ret void
+}}
+
+; Wake every sleeping helper, noting when (a helper measures how long it took to wake) and how
+; long the system call held the caller.
 define internal void @wake_helpers(ptr %p) {{
   %seqp = getelementptr i64, ptr %p, i64 {SEQ}
   %atp = getelementptr i64, ptr %p, i64 {WOKEN_AT}
   %t = call i64 @now_ns()
   store atomic i64 %t, ptr %atp seq_cst, align 8
   %r = call i64 (i64, ...) @syscall(i64 {futex}, ptr %seqp, i64 129, i64 2147483647)
+  %t1 = call i64 @now_ns()
+  %held = sub i64 %t1, %t
+  %callp = getelementptr i64, ptr %p, i64 {WAKE_CALL_NS}
+  call void @note_average(ptr %callp, i64 %held)
   ret void
 }}
 
@@ -180,12 +198,7 @@ measure:
   %t = call i64 @now_ns()
   %took = sub i64 %t, %at
   %wakep = getelementptr i64, ptr %p, i64 {WAKE_NS}
-  %before = load atomic i64, ptr %wakep seq_cst, align 8
-  %both = add i64 %before, %took
-  %fresh = icmp eq i64 %before, 0
-  %half = lshr i64 %both, 1
-  %avg = select i1 %fresh, i64 %took, i64 %half
-  store atomic i64 %avg, ptr %wakep seq_cst, align 8
+  call void @note_average(ptr %wakep, i64 %took)
   br label %slept
 slept:
   br label %wait
@@ -293,11 +306,13 @@ done:
 ; What a program's main calls for a stage it may split: the stage over [0, extent) in chunks on
 ; the caller and up to threads - 1 helpers (walks_all: every chunk walks the whole update list);
 ; the stage whole on the caller when there is no helper, or another caller holds the pool.
-; A helper that sleeps is worth waking only if it arrives well before the caller alone would be
-; done: when every helper sleeps and the stage's last measured time alone (``rate``, its own slot,
-; times ``work``, its innermost iterations) is under twice the time the last wake-ups took, the
-; caller runs the stage whole and lets them sleep (on a virtual machine an idle virtual CPU can
-; take a millisecond to run again). Returns the status of the first failed chunk (its record
+; A helper that sleeps is worth waking only if the split ends well before the caller alone would:
+; the helper's half starts when it runs, the caller's once the wake-up call returns. When every
+; helper sleeps and the stage's last measured time alone (``rate``, its own slot, times ``work``,
+; its innermost iterations) is under twice the later of the two (as the last wake-ups took: on
+; a virtual machine an idle virtual CPU can take a millisecond to run again, and waking it can
+; hold the caller in the system call for hundreds of microseconds), the caller runs the stage
+; whole and lets them sleep. Returns the status of the first failed chunk (its record
 ; copied to err), else FLAGGED if any chunk flagged, else OK.
 define i32 @cinnlite_parallel(ptr %fn, ptr %bufs, i64 %extent, i64 %work, i64 %threads, i64 %walks_all, ptr %err,
                               ptr %rate) {{
@@ -328,7 +343,12 @@ awake:
 cold:
   %ps = load atomic i64, ptr %rate monotonic, align 8
   %wakep = getelementptr i64, ptr %p, i64 {WAKE_NS}
-  %wake = load atomic i64, ptr %wakep seq_cst, align 8
+  %arrive = load atomic i64, ptr %wakep seq_cst, align 8
+  %callp = getelementptr i64, ptr %p, i64 {WAKE_CALL_NS}
+  %held = load atomic i64, ptr %callp seq_cst, align 8
+  ; The caller's half starts once the wake-up call lets it go, the helper's once it runs.
+  %later = icmp ugt i64 %held, %arrive
+  %wake = select i1 %later, i64 %held, i64 %arrive
   %known = icmp ne i64 %ps, 0
   %cost = mul i64 %ps, %work
   %worth = mul i64 %wake, 2000
@@ -346,9 +366,12 @@ forget:
   ; The wake-up is measured only when helpers are woken: let the estimate fade by a sixteenth
   ; with every stage it keeps whole, so that one slow wake-up (or a machine that got quicker)
   ; cannot keep the helpers asleep for good; a later stage then wakes them and measures again.
-  %fade = lshr i64 %wake, 4
-  %faded = sub i64 %wake, %fade
+  %fade = lshr i64 %arrive, 4
+  %faded = sub i64 %arrive, %fade
   store atomic i64 %faded, ptr %wakep seq_cst, align 8
+  %fade_held = lshr i64 %held, 4
+  %faded_held = sub i64 %held, %fade_held
+  store atomic i64 %faded_held, ptr %callp seq_cst, align 8
   br label %timed
 rouse:
   call void @wake_helpers(ptr %p)
@@ -453,7 +476,8 @@ def _ir_text(machine: str) -> str:
     from ..codegen.llvm import ERROR, FLAGGED, OK
     slots = dict(SEQ=SEQ, ACTIVE=ACTIVE, NEXT=NEXT, REMAINING=REMAINING, SLEEPERS=SLEEPERS, CALLER=CALLER, FN=FN,
                  TABLE=TABLE, ERR_BASE=ERR_BASE, ERR_SIZE=ERR_SIZE, STATUSES=STATUSES, EXTENT=EXTENT, CHUNKS=CHUNKS,
-                 HELPERS=HELPERS, SPINS=SPINS, STARTED=STARTED, WAKE_NS=WAKE_NS, WOKEN_AT=WOKEN_AT, HELPED=HELPED)
+                 HELPERS=HELPERS, SPINS=SPINS, STARTED=STARTED, WAKE_NS=WAKE_NS, WOKEN_AT=WOKEN_AT, HELPED=HELPED,
+                 WAKE_CALL_NS=WAKE_CALL_NS)
     return _IR.format(pause_decl=pause_decl, pause=pause, futex=_FUTEX[machine], record=FIRST_FAILURE.size,
                       record_bytes=FIRST_FAILURE.nbytes, error=ERROR, flagged=FLAGGED, ok=OK, **slots)
 
