@@ -426,15 +426,15 @@ class CPUExecutable(Executable):
                         and call.function(*arrays, *call.fixed, out) is out):
                     return out
             elif call.single:
-                terms = call.pooled[0]
-                out = self._pool.empty(call.shape, call.dtype, *terms) if terms else _empty(call.shape, call.dtype)
+                taken = call.pooled[0]
+                out = self._pool.take(call.shape, call.dtype, *taken) if taken else _empty(call.shape, call.dtype)
                 if call.function(*arrays, *call.fixed, out) is out:
                     return out
                 out = None
             elif call.runs:
                 pool = self._pool
-                outs = [_empty(shape, dtype) if terms is None else pool.empty(shape, dtype, *terms)
-                        for shape, dtype, terms in zip(call.shapes, call.dtypes, call.pooled)]
+                outs = [_empty(shape, dtype) if taken is None else pool.take(shape, dtype, *taken)
+                        for shape, dtype, taken in zip(call.shapes, call.dtypes, call.pooled)]
                 if call.function(*arrays, *call.fixed, *outs) is outs[0]:
                     return outs[0] if call.n_outputs == 1 else tuple(outs[:call.n_outputs])
             elif call.specialised is not None:
@@ -458,9 +458,11 @@ class CPUExecutable(Executable):
         if self._splits(plan) or not all(name in allocs for name in written) or written[:len(outputs)] != outputs:
             plan.fast = GENERAL
             return plan.fast
-        # Arrays big enough for the buffer pool come from it, as on the general path.
+        # Arrays big enough for the buffer pool come from it, as on the general path: from their
+        # shelves, found once here.
         terms = self._pool_terms(plan)
-        pooled = [terms[name] if BufferPool.serves(terms[name][0], terms[name][2]) else None for name in written]
+        pooled = [(self._pool.shelf(*allocs[name][:2]), *terms[name][:2])
+                  if BufferPool.serves(terms[name][0], terms[name][2]) else None for name in written]
         work = sum(work for _, work in self._stage_sizes(plan))
         function = self._fast.holding if work <= HOLD_GIL_MAX_WORK else self._fast.releasing
         plan.fast = FastPlan(function, [given[name] for name in rest[:n_given]], [allocs[name][:2] for name in written],

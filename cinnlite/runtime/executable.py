@@ -106,15 +106,26 @@ class BufferPool:
         ``min_bytes`` are plain new arrays."""
         if not self.serves(nbytes, min_bytes):
             return np.empty(shape, dtype)
-        key = (shape, dtype)
+        return self.take(shape, dtype, self.shelf(shape, dtype), nbytes, per_call)
+
+    def shelf(self, shape, dtype) -> list:
+        """The blocks of one (shape, dtype), a list that stays the same for the pool's life: a
+        caller that asks for that shape on every call keeps it and calls ``take``, which then
+        neither hashes the shape nor looks it up (a call after a pause pays for every line)."""
         with self._lock:
-            slots = self._blocks.setdefault(key, [])
-            slot = next((s for s in slots if s[1] is None or s[1]() is None), None)
-            if slot is None:
+            return self._blocks.setdefault((shape, dtype), [])
+
+    def take(self, shape, dtype, shelf: list, nbytes: int, per_call: int = 1) -> np.ndarray:
+        """``empty`` for a block the pool serves, from its ``shelf``."""
+        with self._lock:
+            for slot in shelf:
+                if slot[1] is None or slot[1]() is None:
+                    break
+            else:
                 buffer, start = _new_block(nbytes)
                 slot = [buffer, None, start, memoryview(buffer)]
-                if len(slots) < POOL_PER_SHAPE - 1 + per_call:
-                    slots.append(slot)
+                if len(shelf) < POOL_PER_SHAPE - 1 + per_call:
+                    shelf.append(slot)
             # (An array over a buffer is made without parsing a description of it: a tenth
             # of what ``__array_interface__`` costs, and far less in a call after a pause.)
             arr = np.ndarray(shape, dtype, slot[0], slot[2])

@@ -150,7 +150,7 @@ class FastPlan:
         self.n_outputs = n_outputs
         self.specialised = specialised
         self.runs = runs and specialised is None
-        # Per array to write: the buffer pool's (nbytes, per_call, min_bytes) where the pool
+        # Per array to write: ``BufferPool.take``'s (shelf, nbytes, per_call) where the pool
         # serves it, else None (a plain new array).
         self.pooled = tuple(pooled) or (None,) * len(allocs)
 
