@@ -23,7 +23,7 @@ import pytest
 import cinnlite as cl
 from cinnlite.runtime import cpu
 from cinnlite.runtime.cpu import PARALLEL_MIN_WORK
-from cinnlite.runtime.executable import HUGE_PAGE, _huge_extent
+from cinnlite.runtime.executable import HUGE_PAGE, BufferPool, _huge_extent
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 N = 4 * PARALLEL_MIN_WORK  # rows of a take big enough to be split across threads
@@ -33,7 +33,7 @@ import json, os, signal, sys, threading, time
 import numpy as np
 import cinnlite as cl
 from cinnlite.runtime.cpu import PARALLEL_MIN_WORK
-from cinnlite.runtime.executable import HUGE_PAGE, _huge_extent
+from cinnlite.runtime.executable import HUGE_PAGE, BufferPool, _huge_extent
 N = 4 * PARALLEL_MIN_WORK
 
 def parallel_take(name, threads):
@@ -267,6 +267,24 @@ def test_views_of_a_pooled_result_keep_the_result_itself():
     del view
     gc.collect()
     assert ref() is None
+
+
+@pytest.mark.parametrize("nbytes", [1 << 16, 4 << 20])  # malloc'd, and on its own mapping
+def test_a_pooled_block_comes_back_only_once_no_view_of_its_array_is_left(nbytes):
+    pool, dtype = BufferPool(), np.dtype(np.float32)
+    shape = (nbytes // 64, 16)
+    first = pool.empty(shape, dtype, nbytes, 1, 1 << 16)
+    address = first.__array_interface__["data"][0]
+    assert not isinstance(first.base, np.ndarray)
+    view = first[::2]
+    del first
+    second = pool.empty(shape, dtype, nbytes, 1, 1 << 16)
+    assert second.__array_interface__["data"][0] != address  # the view keeps the first block
+    del view, second
+    gc.collect()
+    third = pool.empty(shape, dtype, nbytes, 1, 1 << 16)
+    assert third.__array_interface__["data"][0] == address  # free again: the first block, reused
+    assert [len(shelf) for shelf in pool._blocks.values()] == [2]
 
 
 # -- Ctrl-C during a parallel call -----------------------------------------------------------------

@@ -43,22 +43,21 @@ def _huge_extent(nbytes: int) -> int:
 def _new_block(nbytes: int) -> tuple:
     """Memory for a pooled block: ``(buffer, offset of the block in it)``.
 
-    An anonymous private mapping, which is not an array: an array made over it (``np.ndarray``
-    with ``buffer=``) has it as ``base``, so numpy never collapses a view's ``base`` past that
-    array (see ``BufferPool``). Blocks of 1.33 MiB and more start on a 2 MiB boundary and ask
-    for Linux's transparent huge pages over what ``_huge_extent`` says: a pooled block is written by
-    every call, and a call after a pause finds neither the block in the caches nor its pages in
-    the TLB; on 4 KiB pages each page costs a page walk (on a virtual machine a nested one),
-    which made writing a cold 3 MB output take 1.6x as long as on 2 MiB pages. A kernel
-    without them ignores the advice; pages the block never touches are never made resident."""
-    if not hasattr(mmap, "MAP_PRIVATE"):  # no POSIX mappings: a bytearray is a buffer too
-        return bytearray(nbytes), 0
-    extent = _huge_extent(nbytes) if hasattr(mmap, "MADV_HUGEPAGE") else 0
-    slack = HUGE_PAGE if extent else 0
-    # A shared mapping would not be given large pages.
-    mapping = mmap.mmap(-1, max(extent, nbytes, 1) + slack, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    Never an array: an array made over the buffer (``np.ndarray`` with ``buffer=``) has it as
+    ``base``, so numpy never collapses a view's ``base`` past that array (see ``BufferPool``).
+    Blocks of 1.33 MiB and more are anonymous private mappings that start on a 2 MiB boundary
+    and ask for Linux's transparent huge pages over what ``_huge_extent`` says: a pooled block
+    is written by every call, and a call after a pause finds neither the block in the caches
+    nor its pages in the TLB; on 4 KiB pages each page costs a page walk (on a virtual machine
+    a nested one), which made writing a cold 3 MB output take 1.6x as long as on 2 MiB pages.
+    A kernel without them ignores the advice, and pages the block never touches are never made
+    resident. Smaller blocks are bytearrays, from malloc as before (a mapping each would count
+    against the process's limit of mappings)."""
+    extent = _huge_extent(nbytes) if hasattr(mmap, "MADV_HUGEPAGE") and hasattr(mmap, "MAP_PRIVATE") else 0
     if not extent:
-        return mapping, 0
+        return bytearray(nbytes), 0
+    # A shared mapping would not be given large pages; one page more, to start on a boundary.
+    mapping = mmap.mmap(-1, max(extent, nbytes) + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     whole = np.frombuffer(mapping, np.uint8)
     start = -whole.__array_interface__["data"][0] % HUGE_PAGE
     del whole  # its export of the mapping
@@ -84,8 +83,8 @@ class BufferPool:
     Whether any is left, a weak reference to the handed-out array tells, whatever the
     interpreter does with reference counts: the array's ``base`` is the block's buffer, not an
     array, so every view of it (and every view of a view) has the array itself as ``base``,
-    and a buffer export of it holds it too. The pool also holds an export of each mapping, so
-    that no one can close it through an array's ``base`` while arrays point into it.
+    and a buffer export of it holds it too. The pool also holds an export of each buffer, so
+    that no one can close or resize it through an array's ``base`` while arrays point into it.
     """
 
     def __init__(self):
