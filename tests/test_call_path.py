@@ -162,6 +162,26 @@ def test_read_only_inputs_are_served(take):
     assert counted.served == 1
 
 
+def test_out_is_served_unless_it_overlaps_an_input(take):
+    """``out=`` on the fast path: an array next to an input in the same memory is served; one
+    that shares a byte with an input (the input itself, or a view that straddles it) is
+    declined, and the general path names the input, which is left as it was."""
+    counted = Counted(take)
+    memory = np.zeros(16 + 50 + 16, np.float32)
+    x = memory[16:66].reshape(50, 1)
+    x[:] = X
+    before = memory[16:66].copy()
+    for out in (memory[:16].reshape(16, 1), memory[66:].reshape(16, 1), np.empty((16, 1), np.float32)):
+        assert take(x=x, i=I, out=out) is out
+        np.testing.assert_array_equal(out, np.take(X, I, axis=0))
+    assert counted.served == counted.calls == 3
+    for out in (memory[1:17].reshape(16, 1), memory[65:81].reshape(16, 1), x[:16]):
+        with pytest.raises(InputError, match="shares memory with 'x'"):
+            take(x=x, i=I, out=out)
+        np.testing.assert_array_equal(memory[16:66], before)
+    assert counted.served == 3 and counted.calls == 6
+
+
 def test_results_are_never_shared_between_calls(take):
     first = take(x=X, i=I)
     second = take(x=X, i=I)

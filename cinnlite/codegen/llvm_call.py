@@ -13,8 +13,9 @@ rank and sizes (a symbolic size against the value in its symbol's slot), C-conti
 aligned. Then it runs ``cinnlite_main`` and returns the first output array. Anything else, an
 input it does not take as it is or a failed index check, returns ``self``: the caller then takes
 the general path, which converts, explains or raises exactly as it always does. The outputs are
-checked the same way, and also for being writeable, since one may be the caller's ``out=``; the
-other slots after the inputs are the runtime's own arrays and are taken on trust.
+checked the same way, and also for being writeable and for sharing no byte with an input, since
+one may be the caller's ``out=``; the other slots after the inputs are the runtime's own arrays
+and are taken on trust.
 
 ``self`` is a one-element int64 array: where it holds 0, the entry keeps the GIL while main runs
 (like ``ctypes.PYFUNCTYPE``); otherwise it gives the GIL up and takes it back after (like
@@ -103,6 +104,8 @@ class _CallEntry:
         if checks_outputs(self.program):
             for buf in self.program.outputs:
                 self.check_output(self.slots[buf.name], buf)
+                for k, given in enumerate(self.program.inputs):
+                    self.require_apart(self.slots[buf.name], buf, k, given)
         for k in range(len(self.table)):
             b.store(self.field(self.arg(k), 0, PTR), b.gep(bufs, [ir.Constant(I64, k)], source_etype=PTR))
         self.run_main(bufs, err, status)
@@ -147,12 +150,30 @@ class _CallEntry:
 
     def check_output(self, k: int, buf):
         """An output array, which may be the caller's ``out=``: checked like an input, and also
-        writeable. (That it shares no memory with an input, the runtime checks before the call.)"""
+        writeable (``require_apart`` then checks that it shares no memory with an input)."""
         b = self.b
         self.check_input(k, buf)
         writeable = ir.Constant(I32, WRITEABLE)
         self.require(b.icmp_signed("==", b.and_(self.field(self.arg(k), FLAGS, I32), writeable), writeable),
                      f"writeable{k}")
+
+    def require_apart(self, k: int, buf, j: int, given):
+        """Output slot ``k`` shares no byte with input ``j`` (both checked C-contiguous, so each
+        is one range of memory): the caller's ``out=`` may be anything."""
+        b = self.b
+        start, end = self.extent(k, buf)
+        other_start, other_end = self.extent(j, given)
+        apart = b.or_(b.icmp_unsigned("<=", end, other_start), b.icmp_unsigned("<=", other_end, start))
+        self.require(apart, f"apart{k}_{j}")
+
+    def extent(self, k: int, buf):
+        """The byte range ``[start, end)`` of slot ``k``'s array, of ``buf``'s checked sizes."""
+        b = self.b
+        nbytes = ir.Constant(I64, buf.dtype.itemsize)
+        for d in buf.shape:
+            nbytes = b.mul(nbytes, self.size(d))
+        start = b.ptrtoint(self.field(self.arg(k), 0, PTR), I64)
+        return start, b.add(start, nbytes)
 
     def size(self, d):
         """A declared size (see ``llvm_sizes``), symbols read from their slots."""

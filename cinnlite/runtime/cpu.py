@@ -408,8 +408,8 @@ class CPUExecutable(Executable):
 
         A call runs through the call entry (``native_call``) once its sizes have a plan;
         the entry declines whatever it does not take as it is, and the general path then
-        converts, explains or raises as it always does. ``out=`` takes the entry too where it
-        overlaps no input; the entry checks it like an input, and that it is writeable."""
+        converts, explains or raises as it always does. ``out=`` takes the entry too: the entry
+        checks it like an input, and that it is writeable and overlaps no input."""
         fast = self._fast
         if fast is not None and len(inputs) == fast.n_inputs:
             try:
@@ -420,10 +420,9 @@ class CPUExecutable(Executable):
             else:
                 call = plan.fast if plan.fast is not None else self._fast_plan(plan)
             if out is not None:
-                # The entry checks out= as it checks the inputs; an out= that overlaps an input
-                # goes to the general path, which says so.
-                if (call.single and self._entry_checks_out and not any(np.may_share_memory(out, a) for a in arrays)
-                        and call.function(*arrays, *call.fixed, out) is out):
+                # The entry checks out= as it checks the inputs, and that it overlaps none of
+                # them; an out= it declines goes to the general path, which says why.
+                if call.single and self._entry_checks_out and call.function(*arrays, *call.fixed, out) is out:
                     return out
             elif call.single:
                 taken = call.pooled[0]
