@@ -182,6 +182,26 @@ def test_out_is_served_unless_it_overlaps_an_input(take):
     assert counted.served == 3 and counted.calls == 6
 
 
+def test_the_builtin_functions_keep_their_method_definition_alive():
+    """A plan may hold the builtin functions after its executable is gone; CPython reads a
+    builtin function's ``PyMethodDef`` until the function is freed (its garbage collector's walk
+    too), so the definition must be owned by what the function itself holds: its ``self``."""
+    import ctypes
+    import gc
+
+    exe = _take((50, 1), (16,))
+    exe(x=X, i=I)
+    functions = [exe._fast.holding, exe._fast.releasing]
+    del exe
+    gc.collect()
+    for function, flag in zip(functions, (0, 1)):
+        record = function.__self__.base
+        assert isinstance(record, native_call._Method) and function.__self__[0] == flag
+        definition = ctypes.c_void_p.from_address(id(function) + object.__basicsize__).value  # m_ml
+        assert definition == ctypes.addressof(record.method)
+        assert record.method.ml_name == b"cinnlite_call"
+
+
 def test_results_are_never_shared_between_calls(take):
     first = take(x=X, i=I)
     second = take(x=X, i=I)

@@ -86,19 +86,36 @@ def _layout_holds(a: np.ndarray, data: int) -> bool:
     return (flags & CONTIGUOUS_ALIGNED == CONTIGUOUS_ALIGNED) == (a.flags.c_contiguous and a.flags.aligned)
 
 
+class _Method(ctypes.Structure):
+    """A builtin function's ``PyMethodDef`` and the flag its ``self`` holds, in one block."""
+
+    _fields_ = [("method", _MethodDef), ("flag", ctypes.c_int64)]
+
+
+def _builtin(address: int, release: bool):
+    """A builtin function over the entry at ``address``; ``release``: give up the GIL while the
+    code runs (the entry reads the flag from its ``self``).
+
+    CPython reads a builtin function's ``PyMethodDef`` until the function is freed (its class
+    and flags, also when the garbage collector walks it), and the function may outlive whoever
+    made it (a plan that holds it, freed after the executable): so its ``self``, the flag as an
+    array over the block that holds both, keeps the definition alive, as CPython expects."""
+    record = _Method(_MethodDef(b"cinnlite_call", address, _METH_FASTCALL, None), int(release))
+    flag = np.frombuffer(record, np.int64, count=1, offset=_Method.flag.offset)
+    return _NEW_FUNCTION(ctypes.addressof(record.method), flag, None)
+
+
 class NativeCall:
     """An executable's fast path: its builtin functions (``holding`` keeps the GIL while the
     code runs, ``releasing`` gives it up), how a call's keyword arrays are taken in input order,
     and where the plan of their sizes is found: the one plan of a static executable, or a
     symbolic one's plans by the tuple of input shapes."""
 
-    __slots__ = ("holding", "releasing", "_method", "n_inputs", "take", "key", "static", "by_shapes")
+    __slots__ = ("holding", "releasing", "n_inputs", "take", "key", "static", "by_shapes")
 
     def __init__(self, address: int, names: list, shape_plans):
-        # The functions refer to the method record, which must live as long as they do.
-        self._method = _MethodDef(b"cinnlite_call", address, _METH_FASTCALL, None)
-        self.holding = _NEW_FUNCTION(ctypes.addressof(self._method), np.zeros(1, np.int64), None)
-        self.releasing = _NEW_FUNCTION(ctypes.addressof(self._method), np.ones(1, np.int64), None)
+        self.holding = _builtin(address, release=False)
+        self.releasing = _builtin(address, release=True)
         self.n_inputs = len(names)
         self.take = _taker(names)
         self.key = _shape_key(len(names))
