@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 
 from .api_types import Executable, Target
 from .backends.base import Compilation, CompileOptions
@@ -46,7 +47,11 @@ def compile(program: Program, target: Target = "cpu", opt_level: int = 3, determ
     ``cinnlite.runtime.cache``; ``CINNLITE_CACHE_DIR`` moves or, set to ``off``, disables the
     disk cache, ``CINNLITE_CACHE_MAX_BYTES`` bounds it) and stores what it compiles there.
     """
-    job = Compilation(program, target, CompileOptions(opt_level, deterministic, threads, fuse, cache, dump_passes))
+    return _run_stages(Compilation(program, target,
+                                   CompileOptions(opt_level, deterministic, threads, fuse, cache, dump_passes)))
+
+
+def _run_stages(job: Compilation) -> Executable:
     for _name, stage in STAGES:
         stage(job)
         if job.executable is not None:  # from a cache, or loaded
@@ -123,9 +128,14 @@ def _loaded(job: Compilation):
 
 
 def _static_compiler(target, o: CompileOptions, cache: bool = True):
-    """``compile`` of another program with the same target and options."""
-    return functools.partial(compile, target=target, opt_level=o.opt_level, deterministic=o.deterministic,
-                             threads=o.threads, fuse=o.fuse, cache=cache)
+    """``compile`` of another program with the same target and options, into exactly that
+    static program: a specialisation that came back shape-generic (``_generic`` turns a second
+    size of a structure into one) would serve its sizes through yet another specialisation."""
+    options = replace(o, cache=cache, dump_passes=False)
+
+    def compile_static(program: Program) -> Executable:
+        return _run_stages(Compilation(program, target, options, generalise=False))
+    return compile_static
 
 
 # -- the compile cache ----------------------------------------------------------------------------
@@ -138,7 +148,7 @@ def _from_caches(job: Compilation):
     job.key = caches.compile_key(job.program, backend.name, backend.cache_options(job.options),
                                  backend.environment())
     job.executable = _cached(job, job.key)
-    if job.executable is None and job.program.is_static:
+    if job.executable is None and job.program.is_static and job.generalise:
         job.executable = _generic(job)
 
 

@@ -45,6 +45,7 @@ class Compilation:
     rendered: RenderedModule | None = None  # render
     built: Any = None                       # build, or a disk cache entry
     executable: Executable | None = None    # load
+    generalise: bool = True                 # a static program may get its structure's shape-generic build
 
 
 class Backend:
