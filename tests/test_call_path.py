@@ -238,6 +238,30 @@ def test_a_size_0_call_runs_the_static_specialisation():
     assert compare(exe, x=x, i=empty.astype(np.int32))[0] is InputTypeError
 
 
+def test_out_on_sizes_a_static_specialisation_serves_takes_its_fast_path(cache_dir):
+    """A symbolic take whose indexed axis has a power-of-two size runs the static executable of
+    those sizes (static even where another size of the structure was compiled before, which
+    makes a plain compile shape-generic); with ``out=`` too, through that executable's own
+    entry (the general path around it cost ~20 us a call), and an overlapping ``out=`` is
+    still refused."""
+    exe = _take(("N", 1), ("E",))
+    x = RNG.random((64, 1), dtype=np.float32)
+    i = RNG.integers(0, 64, 16)
+    np.testing.assert_array_equal(exe(x=x[:32], i=i % 32), np.take(x[:32], i % 32, axis=0))  # another size first
+    out = np.empty((16, 1), np.float32)
+    assert exe(x=x, i=i, out=out) is out
+    plan = exe._shapes.by_shapes[(x.shape, i.shape)]
+    assert plan.specialised is not None and not plan.specialised.symbolic
+    counted = Counted(plan.specialised)
+    for _ in range(3):
+        out[:] = 0
+        assert exe(x=x, i=i, out=out) is out
+        np.testing.assert_array_equal(out, np.take(x, i, axis=0))
+    assert counted.served == counted.calls == 3
+    with pytest.raises(InputError, match="shares memory with 'x'"):
+        exe(x=x, i=i, out=x[:16])
+
+
 def test_symbols_shared_by_inputs_and_two_outputs():
     exe = _take_scaled()
     x, i, w = RNG.random((9, 3), dtype=np.float32), RNG.integers(0, 9, 5), RNG.random((5, 1), dtype=np.float32)

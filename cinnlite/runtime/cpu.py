@@ -419,6 +419,8 @@ class CPUExecutable(Executable):
                 call = GENERAL
             else:
                 call = plan.fast if plan.fast is not None else self._fast_plan(plan)
+            if call.specialised is not None:  # the static executable of these sizes serves them
+                return call.specialised(out, **inputs)
             if out is not None:
                 # The entry checks out= as it checks the inputs, and that it overlaps none of
                 # them; an out= it declines goes to the general path, which says why.
@@ -436,8 +438,6 @@ class CPUExecutable(Executable):
                         for shape, dtype, taken in zip(call.shapes, call.dtypes, call.pooled)]
                 if call.function(*arrays, *call.fixed, *outs) is outs[0]:
                     return outs[0] if call.n_outputs == 1 else tuple(outs[:call.n_outputs])
-            elif call.specialised is not None:
-                return call.specialised(out, **inputs)
         return super().__call__(out, **inputs)
 
     def _fast_plan(self, plan) -> FastPlan:
