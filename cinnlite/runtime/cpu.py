@@ -424,16 +424,16 @@ class CPUExecutable(Executable):
             if out is not None:
                 # The entry checks out= as it checks the inputs, and that it overlaps none of
                 # them; an out= it declines goes to the general path, which says why.
-                if call.single and self._entry_checks_out and call.function(*arrays, *call.fixed, out) is out:
+                if call.single and call.checks_out and call.function(*arrays, *call.fixed, out) is out:
                     return out
             elif call.single:
                 taken = call.pooled[0]
-                out = self._pool.take(call.shape, call.dtype, *taken) if taken else _empty(call.shape, call.dtype)
+                out = call.pool.take(call.shape, call.dtype, *taken) if taken else _empty(call.shape, call.dtype)
                 if call.function(*arrays, *call.fixed, out) is out:
                     return out
                 out = None
             elif call.runs:
-                pool = self._pool
+                pool = call.pool
                 outs = [_empty(shape, dtype) if taken is None else pool.take(shape, dtype, *taken)
                         for shape, dtype, taken in zip(call.shapes, call.dtypes, call.pooled)]
                 if call.function(*arrays, *call.fixed, *outs) is outs[0]:
@@ -446,7 +446,7 @@ class CPUExecutable(Executable):
         terms for those it serves); GENERAL where the Python pool splits the call across
         threads, or it returns an input or a constant (a copy, which the general path makes)."""
         if plan.specialised is not None:
-            plan.fast = FastPlan(specialised=plan.specialised)
+            plan.fast = _fast_calls_of(plan.specialised)
             return plan.fast
         allocs = {name: (shape, dtype, nbytes) for name, shape, dtype, nbytes in plan.allocs}
         given = {**plan.symbol_arrays, **self._consts}
@@ -465,7 +465,7 @@ class CPUExecutable(Executable):
         work = sum(work for _, work in self._stage_sizes(plan))
         function = self._fast.holding if work <= HOLD_GIL_MAX_WORK else self._fast.releasing
         plan.fast = FastPlan(function, [given[name] for name in rest[:n_given]], [allocs[name][:2] for name in written],
-                             len(outputs), pooled=pooled)
+                             len(outputs), pooled=pooled, pool=self._pool, checks_out=self._entry_checks_out)
         return plan.fast
 
     def _splits(self, plan) -> bool:
@@ -536,3 +536,15 @@ class CPUExecutable(Executable):
                 ctypes.memmove(err, base + size * k, size)
                 return ERROR
         return FLAGGED if FLAGGED in statuses else OK
+
+
+def _fast_calls_of(static) -> FastPlan:
+    """The fast calls of sizes a static executable serves for a symbolic one: that executable's
+    own (its entry, its constants, its pool), so that a call runs its code without going
+    through its ``__call__`` too (~1.3 us of a 3 us call); through it where it has none."""
+    plan = static._shapes.static if isinstance(static, CPUExecutable) and static._fast is not None else None
+    if plan is not None and plan.specialised is None:
+        fast = plan.fast if plan.fast is not None else static._fast_plan(plan)
+        if fast.runs:
+            return fast
+    return FastPlan(specialised=static)

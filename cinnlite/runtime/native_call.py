@@ -154,10 +154,10 @@ class FastPlan:
     of these sizes, which serves them itself (``specialised``)."""
 
     __slots__ = ("function", "fixed", "single", "shape", "dtype", "shapes", "dtypes", "n_outputs", "specialised",
-                 "runs", "pooled")
+                 "runs", "pooled", "pool", "checks_out")
 
     def __init__(self, function=None, fixed=(), allocs=(), n_outputs=1, specialised=None, runs=True,
-                 pooled=()):
+                 pooled=(), pool=None, checks_out=False):
         self.function = function
         self.fixed = tuple(fixed)
         self.shapes = tuple(shape for shape, _ in allocs)
@@ -168,8 +168,10 @@ class FastPlan:
         self.specialised = specialised
         self.runs = runs and specialised is None
         # Per array to write: ``BufferPool.take``'s (shelf, nbytes, per_call) where the pool
-        # serves it, else None (a plain new array).
+        # serves it, else None (a plain new array); the pool of the executable whose code
+        # ``function`` runs, and whether its entry checks an ``out=`` array.
         self.pooled = tuple(pooled) or (None,) * len(allocs)
+        self.pool, self.checks_out = pool, checks_out
 
 
 #: The FastPlan of sizes the fast path does not serve (the general path runs them).
