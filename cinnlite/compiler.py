@@ -128,13 +128,14 @@ def _loaded(job: Compilation):
 
 
 def _static_compiler(target, o: CompileOptions, cache: bool = True):
-    """``compile`` of another program with the same target and options, into exactly that
-    static program: a specialisation that came back shape-generic (``_generic`` turns a second
-    size of a structure into one) would serve its sizes through yet another specialisation."""
+    """``compile`` of another program with the same target and options; with ``generalise``
+    False, into exactly that static program (``_generic`` turns a second size of a structure
+    into a shape-generic build, which would serve a power-of-two size through yet another
+    specialisation)."""
     options = replace(o, cache=cache, dump_passes=False)
 
-    def compile_static(program: Program) -> Executable:
-        return _run_stages(Compilation(program, target, options, generalise=False))
+    def compile_static(program: Program, generalise: bool = True) -> Executable:
+        return _run_stages(Compilation(program, target, options, generalise=generalise))
     return compile_static
 
 
@@ -210,7 +211,9 @@ def _generic(job: Compilation):
     disk = caches.disk_cache()
     if disk is not None:
         exe.store_cache_entries_with(_storer(disk, skey, exe))
-    return exe
+    # It serves the sizes after these; these sizes themselves it may not (an empty dimension, a
+    # power-of-two axis), and would serve through a specialisation: they compile statically.
+    return exe if exe._shapes.serves(program) else None
 
 
 def _from_disk(disk: caches.DiskCache, job: Compilation, key: str):

@@ -147,8 +147,9 @@ class ShapePlans:
     def _make(self, arrays: dict, exe) -> ShapePlan:
         bindings = self.bind(arrays)
         plan = ShapePlan(bindings)
-        if not self._generic(bindings) or self._power_of_two_axis(bindings):
-            plan.specialised = self._specialised(bindings)
+        masked = self._power_of_two_axis(bindings)
+        if masked or not self._generic(bindings):
+            plan.specialised = self._specialised(bindings, exact=masked)
             return plan
         plan.symbol_arrays = {SYMBOL_BUFFER_PREFIX + k: np.array(v, np.int64) for k, v in bindings.items()}
         for name, shape, dtype, _ in self.allocs:
@@ -156,13 +157,17 @@ class ShapePlans:
             plan.allocs.append((name, sizes, dtype, int(np.prod(sizes, dtype=np.int64)) * np.dtype(dtype).itemsize))
         return plan
 
-    def _specialised(self, bindings: dict):
+    def _specialised(self, bindings: dict, exact: bool):
+        """The executable of the static program of these sizes; ``exact``: that static
+        program's own build (a power-of-two axis, whose static code is the point), else any
+        build that serves it (sizes the generic code does not take, an empty dimension, may
+        share one shape-generic build of their own: ``compile`` makes one from two of them)."""
         from ..ir.rebuild import specialise
         static = specialise(self.program, bindings)  # the errors of the static program, if any
         if self.compile_static is None:
             raise InputError(f"program '{self.program.name}': these sizes need a static build, and this "
                              f"executable cannot compile one")
-        return self.compile_static(static)
+        return self.compile_static(static, generalise=not exact)
 
 
 def _indexed_axes(node) -> list:
