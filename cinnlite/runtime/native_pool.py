@@ -363,8 +363,8 @@ cold:
 by_itself:
   br i1 %by_cost, label %forget, label %rouse
 forget:
-  ; The wake-up is measured only when helpers are woken: let the estimate fade by a sixteenth
-  ; with every stage it keeps whole, so that one slow wake-up (or a machine that got quicker)
+  ; The wake-up is measured only when helpers are woken: let both estimates fade by a sixteenth
+  ; with every stage kept whole, so that one slow wake-up (or a machine that got quicker)
   ; cannot keep the helpers asleep for good; a later stage then wakes them and measures again.
   %fade = lshr i64 %arrive, 4
   %faded = sub i64 %arrive, %fade
