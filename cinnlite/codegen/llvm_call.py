@@ -104,8 +104,9 @@ class _CallEntry:
         if checks_outputs(self.program):
             for buf in self.program.outputs:
                 self.check_output(self.slots[buf.name], buf)
+                written = self.extent(self.slots[buf.name], buf)
                 for k, given in enumerate(self.program.inputs):
-                    self.require_apart(self.slots[buf.name], buf, k, given)
+                    self.require_apart(written, k, given)
         for k in range(len(self.table)):
             b.store(self.field(self.arg(k), 0, PTR), b.gep(bufs, [ir.Constant(I64, k)], source_etype=PTR))
         self.run_main(bufs, err, status)
@@ -157,14 +158,14 @@ class _CallEntry:
         self.require(b.icmp_signed("==", b.and_(self.field(self.arg(k), FLAGS, I32), writeable), writeable),
                      f"writeable{k}")
 
-    def require_apart(self, k: int, buf, j: int, given):
-        """Output slot ``k`` shares no byte with input ``j`` (both checked C-contiguous, so each
-        is one range of memory): the caller's ``out=`` may be anything."""
+    def require_apart(self, written, j: int, given):
+        """An output's byte range ``written`` shares no byte with input ``j`` (both checked
+        C-contiguous, so each is one range of memory): the caller's ``out=`` may be anything."""
         b = self.b
-        start, end = self.extent(k, buf)
+        start, end = written
         other_start, other_end = self.extent(j, given)
         apart = b.or_(b.icmp_unsigned("<=", end, other_start), b.icmp_unsigned("<=", other_end, start))
-        self.require(apart, f"apart{k}_{j}")
+        self.require(apart, f"apart{j}")
 
     def extent(self, k: int, buf):
         """The byte range ``[start, end)`` of slot ``k``'s array, of ``buf``'s checked sizes."""

@@ -82,6 +82,14 @@ define internal void @note_average(ptr %slot, i64 %took) {{
   ret void
 }}
 
+; Let an estimate read as ``value`` fade by a sixteenth in its slot.
+define internal void @fade(ptr %slot, i64 %value) {{
+  %part = lshr i64 %value, 4
+  %faded = sub i64 %value, %part
+  store atomic i64 %faded, ptr %slot seq_cst, align 8
+  ret void
+}}
+
 ; Wake every sleeping helper, noting when (a helper measures how long it took to wake) and how
 ; long the system call held the caller.
 define internal void @wake_helpers(ptr %p) {{
@@ -366,12 +374,8 @@ forget:
   ; The wake-up is measured only when helpers are woken: let both estimates fade by a sixteenth
   ; with every stage kept whole, so that one slow wake-up (or a machine that got quicker)
   ; cannot keep the helpers asleep for good; a later stage then wakes them and measures again.
-  %fade = lshr i64 %arrive, 4
-  %faded = sub i64 %arrive, %fade
-  store atomic i64 %faded, ptr %wakep seq_cst, align 8
-  %fade_held = lshr i64 %held, 4
-  %faded_held = sub i64 %held, %fade_held
-  store atomic i64 %faded_held, ptr %callp seq_cst, align 8
+  call void @fade(ptr %wakep, i64 %arrive)
+  call void @fade(ptr %callp, i64 %held)
   br label %timed
 rouse:
   call void @wake_helpers(ptr %p)
