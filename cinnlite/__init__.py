@@ -13,6 +13,7 @@ from .errors import (CacheWarning, CinnliteError, CinnliteWarning, CompileError,
 from .frontend.netbuilder import NetBuilder
 from .ir.graph import Program, Tensor
 from .ir.symbolic import Dim
+from .runtime.device_array import DeviceArray
 
 # The one place the version is written: pyproject.toml reads it ([tool.setuptools.dynamic]),
 # `cinnlite --version` prints it and the compile cache keys on it.
@@ -32,7 +33,7 @@ def __getattr__(name):
 
 __all__ = [
     "NetBuilder", "compile", "vjp", "Program", "Tensor", "Dim", "DType", "Float", "BFloat16", "Complex", "Int", "UInt",
-    "Bool", "as_dtype",
+    "Bool", "as_dtype", "DeviceArray",
     "CinnliteError", "ValidationError", "DTypeError", "IndexOutOfRangeError", "InputError",
     "InputTypeError", "TargetUnavailableError", "CompileError", "CinnliteWarning", "ThreadStartWarning",
     "CacheWarning", "ShapeMismatchWarning", "take", "gather", "gather_nd", "scatter", "scatter_nd", "scatter_add", "__version__",

@@ -6,8 +6,8 @@ infers the output shapes from the program's (symbolic) shapes. Its autograd form
 (``register_autograd``, which PyTorch runs as a ``torch.autograd.Function``) runs the program
 of :func:`cinnlite.vjp`, a second custom operator, compiled once per set of inputs that need
 gradients. Tensors cross over without copies: CPU tensors are read and results wrapped as numpy
-arrays (DLPack); the ``cuda`` targets take device tensors through the host until the runtime
-takes device memory, which copies.
+arrays (DLPack); ``target="cuda"`` reads CUDA tensors in place and its results come back through
+DLPack on PyTorch's current stream (``cuda-emu`` and ``cpu`` take device tensors through the host).
 
 PyTorch is an optional dependency (``pip install cinnlite[torch]``).
 """
@@ -77,11 +77,23 @@ class Function:
 
 
 def _run(exe, names, tensors, outputs) -> list:
-    """Run ``exe`` on tensors without copying them in or out (CPU); results on the inputs' device."""
+    """Run ``exe`` on tensors without copying them in or out: CPU tensors on any target, CUDA
+    tensors on a target that reads GPU memory (results through DLPack, on the call's stream,
+    PyTorch's current one); results on the inputs' device."""
     device = next((t.device for t in tensors if isinstance(t, torch.Tensor)), None)
-    arrays = {n: to_numpy(t) for n, t in zip(names, tensors)}
+    in_place = exe.takes_gpu_memory and device is not None and device.type == "cuda"
+    arrays = {n: t.detach().contiguous() if in_place else to_numpy(t) for n, t in zip(names, tensors)}
     results = exe.run(arrays)
+    if in_place:
+        return [_from_device(results[t.name], device) for t in outputs]
     return [from_numpy(results[t.name], device) for t in outputs]
+
+
+def _from_device(result, device) -> "torch.Tensor":
+    """A result of a device call as a tensor (a DeviceArray through DLPack, without a copy)."""
+    if isinstance(result, np.ndarray):  # a program with no device input: outputs come to the host
+        return from_numpy(result, device)
+    return torch.from_dlpack(result)
 
 
 def to_numpy(t) -> np.ndarray:

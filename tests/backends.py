@@ -3,7 +3,7 @@
 "cpu" is the LLVM JIT; "cuda-emu" runs the generated CUDA C on the host (it needs a host C++
 compiler); "cuda" is added where a GPU, its driver and NVRTC are present.
 
-Where NVRTC is installed (the extra `cuda`), every CUDA module the tests compile, for "cuda-emu"
+Where NVRTC is installed (the extra `cuda13` or `cuda12`), every CUDA module the tests compile, for "cuda-emu"
 as for "cuda", is also built by NVRTC for sm_90 and sm_80 (see the README), so every kernel
 the suite generates is known to compile for real GPUs. The variable is inherited by the child
 processes some tests start; set CINNLITE_NVRTC_CHECK yourself to choose other architectures.

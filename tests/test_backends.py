@@ -148,7 +148,7 @@ def test_a_second_process_loads_the_executable_from_the_disk_cache(target, cache
         assert len(list((cache_dir / "cuda-emu").iterdir())) == 1  # the library, found again
 
 
-@pytest.mark.skipif(not nvrtc.available(), reason="NVRTC (the optional extra `cuda`) is not installed")
+@pytest.mark.skipif(not nvrtc.available(), reason="NVRTC (the optional extra `cuda13` or `cuda12`) is not installed")
 @pytest.mark.parametrize("target", ["cuda", "cuda-emu"])
 def test_nvrtc_output_is_kept_in_the_disk_cache(target, cache_dir):
     first = in_new_process(cache_dir, target, ptx=True)

@@ -16,7 +16,7 @@ from cinnlite import NetBuilder
 from cinnlite.errors import CompileError
 from cinnlite.runtime import nvrtc
 
-pytest.importorskip("cuda.bindings.nvrtc", reason="NVRTC (the optional extra `cuda`) is not installed")
+pytest.importorskip("cuda.bindings.nvrtc", reason="NVRTC (the optional extra `cuda13` or `cuda12`) is not installed")
 
 ARCHS = ("sm_90", "sm_80")
 DATA_DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "bfloat16",

@@ -22,7 +22,7 @@ from cinnlite.codegen.cuda import render_emu_launcher
 from cinnlite.runtime import cuda as cuda_runtime
 from cinnlite.runtime import cuda_emu
 
-pytest.importorskip("cuda.bindings.nvrtc", reason="target 'cuda' builds its kernels with NVRTC (the extra `cuda`)")
+pytest.importorskip("cuda.bindings.nvrtc", reason="target 'cuda' builds its kernels with NVRTC (the extra `cuda13` or `cuda12`)")
 
 GARBAGE = 0xA5  # fresh "device memory" holds this, so a kernel reading unset memory shows up
 
@@ -39,40 +39,55 @@ class FakeDriver:
         CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16
         CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75
         CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76
+        CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED = 115
+
+    class CUevent_flags(enum.IntEnum):
+        CU_EVENT_DISABLE_TIMING = 2
 
     CUstream = int
 
-    def __init__(self, sm_count=2):
-        self.sm_count = sm_count
+    def __init__(self, sm_count=2, driver_version=13000, devices=1, pools=True):
+        self.sm_count, self.driver_version, self.devices, self.pools = sm_count, driver_version, devices, pools
         self.memory = {}      # address -> array
         self.freed = []
         self.images = []
-        self.launches = []    # (kernel name, grid, block)
+        self.launches = []    # (kernel name, grid, block, stream)
         self.library = None   # the emulation of the module being loaded, set by the test
+        self.contexts = ["caller's context"]  # the current-context stack of the calling thread
+        self.waits = []       # (stream, event) of cuStreamWaitEvent
+        self.synced = []      # streams waited for
 
     OK = CUresult.CUDA_SUCCESS
 
     def cuInit(self, flags):
         return (self.OK,)
 
+    def cuDriverGetVersion(self):
+        return self.OK, self.driver_version
+
     def cuDeviceGetCount(self):
-        return self.OK, 1
+        return self.OK, self.devices
 
     def cuDeviceGet(self, ordinal):
         return self.OK, ordinal
 
     def cuDevicePrimaryCtxRetain(self, dev):
-        return self.OK, "context"
+        return self.OK, f"context {dev}"
 
-    def cuCtxSetCurrent(self, ctx):
-        assert ctx == "context"
+    def cuCtxPushCurrent(self, ctx):
+        assert str(ctx).startswith("context ")
+        self.contexts.append(ctx)
         return (self.OK,)
+
+    def cuCtxPopCurrent(self):
+        return self.OK, self.contexts.pop()
 
     def cuDeviceGetAttribute(self, attr, dev):
         a = self.CUdevice_attribute
         return self.OK, {a.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: self.sm_count,
                          a.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: 9,
-                         a.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: 0}[attr]
+                         a.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: 0,
+                         a.CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED: int(self.pools)}[attr]
 
     def cuDeviceGetName(self, length, dev):
         return self.OK, b"Stand-in GPU\x00\x00"
@@ -107,6 +122,16 @@ class FakeDriver:
         self.freed.append(int(ptr))
         return (self.OK,)
 
+    def cuMemAllocAsync(self, nbytes, stream):
+        return self.cuMemAlloc(nbytes)
+
+    def cuMemFreeAsync(self, ptr, stream):
+        return self.cuMemFree(ptr)
+
+    def live(self) -> set:
+        """Addresses allocated and not freed."""
+        return set(self.memory) - set(self.freed)
+
     def _check_range(self, ptr, nbytes):
         for base, buf in self.memory.items():
             if base <= ptr and ptr + nbytes <= base + buf.nbytes:
@@ -123,6 +148,20 @@ class FakeDriver:
         ctypes.memmove(dst, int(src), nbytes)
         return (self.OK,)
 
+    def cuMemcpyHtoDAsync(self, dst, src, nbytes, stream):
+        return self.cuMemcpyHtoD(dst, src, nbytes)
+
+    def cuMemcpyDtoHAsync(self, dst, src, nbytes, stream):
+        return self.cuMemcpyDtoH(dst, src, nbytes)
+
+    def cuStreamSynchronize(self, stream):
+        self.synced.append(int(stream))
+        return (self.OK,)
+
+    def cuStreamWaitEvent(self, stream, event, flags):
+        self.waits.append((int(stream), event))
+        return (self.OK,)
+
     def cuMemcpyDtoDAsync(self, dst, src, nbytes, stream):
         self._check_range(int(dst), nbytes)
         self._check_range(int(src), nbytes)
@@ -132,7 +171,8 @@ class FakeDriver:
     def cuLaunchKernel(self, f, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
         name, fn = f
         assert (gy, gz, by, bz, shared, extra) == (1, 1, 1, 1, 0, 0) and 1 <= gx and 1 <= bx <= 256
-        self.launches.append((name, gx, bx))
+        assert self.contexts[-1] != "caller's context", "a launch outside the device's context"
+        self.launches.append((name, gx, bx, int(stream)))
         fn(params, gx, bx)
         return (self.OK,)
 
@@ -155,13 +195,19 @@ class FakeDriver:
         return (self.OK,)
 
 
+def use_driver(monkeypatch, driver):
+    """Make ``driver`` the runtime's, with no device set up yet."""
+    monkeypatch.setattr(cuda_runtime, "_driver_module", lambda: driver)
+    monkeypatch.setattr(cuda_runtime._Device, "_instances", {})
+    monkeypatch.setattr(cuda_runtime._Device, "_failures", {})
+
+
 @pytest.fixture
 def fake_gpu(monkeypatch):
     driver = FakeDriver()
-    monkeypatch.setattr(cuda_runtime, "_driver_module", lambda: driver)
-    monkeypatch.setattr(cuda_runtime._Device, "_instance", None)
-    monkeypatch.setattr(cuda_runtime._Device, "_failure", None)
-    return driver
+    use_driver(monkeypatch, driver)
+    yield driver
+    assert driver.contexts == ["caller's context"]  # every push popped
 
 
 def on_fake_gpu(driver, program, **options):
@@ -210,8 +256,8 @@ def test_the_runtime_computes_what_the_cpu_does(fake_gpu):
     assert fake_gpu.images[0] == b"\x7fELF"  # a CUBIN from NVRTC for the device's sm_90
     # Every launch of the plan, in order, once per run; grids bounded at 32 blocks per SM.
     names = [l.name for l in exe.module.launches]
-    assert [n for n, _, _ in fake_gpu.launches] == names * 3
-    for (name, grid, block), launch in zip(fake_gpu.launches, exe.module.launches):
+    assert [n for n, _, _, _ in fake_gpu.launches] == names * 3
+    for (name, grid, block, _), launch in zip(fake_gpu.launches, exe.module.launches):
         assert block == 256 and grid == min(-(-launch.items // 256), 2 * 32)
     assert exe.device_name() == "Stand-in GPU"
 
@@ -303,9 +349,9 @@ def test_symbolic_sizes_are_bound_per_call(fake_gpu):
     assert exe.symbolic
     cpu = cl.compile(prog, target="cpu")
     # Sizes grow (buffers are reallocated), shrink (the bigger buffers serve) and come back.
-    for k, (e, n) in enumerate([(7, 5), (3001, 97), (13, 11), (1, 1), (3001, 97), (7, 5)]):
-        if k == 2:
-            grown = len(fake_gpu.memory)
+    exe._prepare(0)
+    kept = fake_gpu.live()  # the module's constants
+    for e, n in [(7, 5), (3001, 97), (13, 11), (1, 1), (3001, 97), (7, 5)]:
         feeds = symbolic_feeds(e, n, seed=e)
         before = len(fake_gpu.launches)
         want, got = cpu.run(feeds), exe.run(feeds)
@@ -313,10 +359,10 @@ def test_symbolic_sizes_are_bound_per_call(fake_gpu):
             np.testing.assert_array_equal(got[name], want[name], err_msg=f"{name} E={e} N={n}")
         plan = exe._shapes.plan_for(feeds, exe)
         launched = fake_gpu.launches[before:]
-        assert [name for name, _, _ in launched] == [l.name for l in exe.module.launches]
-        for (_, grid, block), launch in zip(launched, exe.module.launches):
+        assert [name for name, _, _, _ in launched] == [l.name for l in exe.module.launches]
+        for (_, grid, block, _), launch in zip(launched, exe.module.launches):
             assert block == 256 and grid == min(-(-plan.size_of(launch.items) // 256), 2 * 32)
-    assert len(fake_gpu.memory) == grown  # no allocation after the biggest sizes
+        assert fake_gpu.live() == kept  # the call's memory went back to the pool
     bad = symbolic_feeds(13, 11)
     bad["i"][5] = 11
     with pytest.raises(cl.IndexOutOfRangeError) as gpu_err:
@@ -331,3 +377,162 @@ def test_symbolic_sizes_are_bound_per_call(fake_gpu):
     del exe, gpu_err  # (the error's traceback holds the executable)
     gc.collect()
     assert allocated <= set(fake_gpu.freed)
+
+
+# -- device arrays, streams, devices ---------------------------------------------------------------
+
+
+class FakeCudaArray:
+    """Another library's device array: ``__cuda_array_interface__`` over the fake device memory."""
+
+    def __init__(self, driver, host: np.ndarray, stream=None, strides=None):
+        self.host = np.ascontiguousarray(host)
+        _, self.ptr = driver.cuMemAlloc(max(8, self.host.nbytes))
+        driver.cuMemcpyHtoD(self.ptr, self.host.ctypes.data, self.host.nbytes)
+        self.stream, self.strides = stream, strides
+
+    @property
+    def __cuda_array_interface__(self):
+        return {"shape": self.host.shape, "typestr": self.host.dtype.str, "data": (self.ptr, False),
+                "strides": self.strides, "version": 3, "stream": self.stream}
+
+
+def take_program():
+    b = NetBuilder("dev")
+    x = b.create_input("float32", (40, 3), "x")
+    i = b.create_input("int64", (25,), "i")
+    b.take(x, i, axis=0, mode="clip")
+    return b.build()
+
+
+def test_device_inputs_are_read_in_place_and_results_stay_on_the_device(fake_gpu):
+    exe = on_fake_gpu(fake_gpu, take_program())
+    rng = np.random.default_rng(0)
+    X, I = rng.standard_normal((40, 3)).astype(np.float32), rng.integers(-50, 50, 25)
+    x = FakeCudaArray(fake_gpu, X, stream=7)
+    uploads = []
+    fake_gpu.cuMemcpyHtoDAsync = lambda dst, src, n, s: (uploads.append(n), fake_gpu.cuMemcpyHtoD(dst, src, n))[1]
+    out = exe(x=x, i=exe.to_device(I), stream=5)
+    assert isinstance(out, cl.DeviceArray) and out.shape == (25, 3) and out.dtype == np.float32
+    assert uploads == [I.nbytes]  # to_device's upload only: x is read in place
+    assert fake_gpu.launches[-1][3] == 5  # on the caller's stream
+    assert (5, fake_gpu.waits[-1][1]) == fake_gpu.waits[-1]  # after the work of x's stream, 7
+    assert 5 not in fake_gpu.synced  # no check, device results: the call does not wait
+    np.testing.assert_array_equal(out.numpy(), X[np.clip(I, 0, 39)])
+    assert out.__cuda_array_interface__["data"][0] == out.ptr and out.__cuda_array_interface__["stream"] == 5
+    # A result is the next call's input, in place; dropping it frees its memory.
+    again = exe.run({"x": x, "i": exe.to_device(np.zeros(25, np.int64))})["take_0"]
+    np.testing.assert_array_equal(np.asarray(again), np.repeat(X[:1], 25, axis=0))
+    ptr = out.ptr
+    del out
+    import gc
+
+    gc.collect()
+    assert ptr in fake_gpu.freed
+
+
+def test_dlpack_export_shows_the_same_device_memory(fake_gpu):
+    from cinnlite.runtime.device_array import ImportedTensor
+
+    exe = on_fake_gpu(fake_gpu, take_program())
+    arr = exe.to_device(np.arange(12, dtype=np.int32).reshape(3, 4))
+    assert arr.__dlpack_device__() == (2, 0)
+    tensor = ImportedTensor(arr.__dlpack__(stream=9))
+    assert (tensor.ptr, tensor.shape, tensor.dtype, tensor.strides) == (arr.ptr, (3, 4), np.int32, None)
+    assert fake_gpu.waits[-1][0] == 9  # the consumer's stream waits for the producer's
+    tensor.release()
+    with pytest.raises(BufferError):
+        arr.__dlpack__(copy=True)
+
+
+def test_device_inputs_are_checked_like_host_ones(fake_gpu):
+    exe = on_fake_gpu(fake_gpu, take_program())
+    X = np.ones((40, 3), np.float32)
+    with pytest.raises(cl.InputTypeError, match="input 'x': expected dtype float32, got float64"):
+        exe(x=FakeCudaArray(fake_gpu, X.astype(np.float64)), i=np.zeros(25, np.int64))
+    with pytest.raises(cl.InputError, match="input 'x': shape"):
+        exe(x=FakeCudaArray(fake_gpu, X[:10]), i=np.zeros(25, np.int64))
+    with pytest.raises(cl.InputError, match="C-contiguous"):
+        exe(x=FakeCudaArray(fake_gpu, X, strides=(4, 160)), i=np.zeros(25, np.int64))
+    with pytest.raises(cl.InputError, match="out= takes host arrays"):
+        exe.run({"x": FakeCudaArray(fake_gpu, X), "i": np.zeros(25, np.int64)}, out=np.empty((25, 3), np.float32))
+    with pytest.raises(cl.InputError, match="stream= takes a non-negative int"):
+        exe(x=X, i=np.zeros(25, np.int64), stream=-1)
+
+
+def test_raise_waits_for_the_calls_stream_only(fake_gpu):
+    b = NetBuilder("raise")
+    x = b.create_input("float32", (40,), "x")
+    i = b.create_input("int64", (25,), "i")
+    b.take(x, i, mode="raise")
+    exe = on_fake_gpu(fake_gpu, b.build())
+    x_dev = exe.to_device(np.arange(40, dtype=np.float32))
+    exe(x=x_dev, i=np.arange(25))  # the first call loads the module (and waits for that)
+    fake_gpu.synced.clear()
+    out = exe(x=x_dev, i=np.arange(25), stream=3)
+    assert fake_gpu.synced == [3]  # the error record, on the call's stream
+    np.testing.assert_array_equal(out.numpy(), np.arange(25, dtype=np.float32))
+    bad = np.arange(25)
+    bad[17] = 40
+    with pytest.raises(cl.IndexOutOfRangeError, match="40"):
+        exe(x=x_dev, i=bad, stream=3)
+
+
+def test_device_selects_the_gpu_and_mismatches_are_named(monkeypatch):
+    driver = FakeDriver(devices=2)
+    use_driver(monkeypatch, driver)
+    exe = on_fake_gpu(driver, take_program())
+    X, I = np.ones((40, 3), np.float32), np.zeros(25, np.int64)
+    on_one = exe.to_device(X, device=1)
+    assert on_one.device == 1
+    out = exe(x=on_one, i=I)  # the device of the inputs
+    assert out.device == 1 and driver.launches[-1][0] == exe.module.launches[0].name
+    with pytest.raises(cl.InputError, match="on different GPUs"):
+        exe(x=on_one, i=exe.to_device(I, device=0))
+    with pytest.raises(cl.InputError, match="input 'x' is on GPU 1; the call runs on GPU 0"):
+        exe(x=on_one, i=I, device=0)
+    with pytest.raises(cl.InputError, match="ordinals 0 to 1"):
+        exe(x=X, i=I, device=2)
+    assert driver.contexts == ["caller's context"]
+
+
+@pytest.mark.parametrize("driver_version", [12080, 11080])
+def test_a_driver_older_than_the_packages_names_the_extra_to_install(monkeypatch, driver_version):
+    driver = FakeDriver(driver_version=driver_version)
+    use_driver(monkeypatch, driver)
+    from cuda import bindings
+
+    major = driver_version // 1000
+    if int(bindings.__version__.split(".")[0]) <= major and cuda_runtime.nvrtc.version()[0] <= major:
+        pytest.skip("the installed CUDA packages run on this driver")
+    exe = cl.compile(take_program(), target="cuda")
+    with pytest.raises(cl.TargetUnavailableError,
+                       match=rf"driver supports CUDA {major}\.\d.*pip install 'cinnlite\[cuda{major}\]'"):
+        exe(x=np.ones((40, 3), np.float32), i=np.zeros(25, np.int64))
+    assert not cuda_runtime.gpu_available()
+
+
+def test_a_failed_allocation_gives_back_what_the_call_had(fake_gpu):
+    exe = on_fake_gpu(fake_gpu, mixed_program())
+    exe.run(mixed_feeds())
+    kept = fake_gpu.live()
+    real, count = fake_gpu.cuMemAllocAsync, [0]
+
+    def fail_the_fourth(nbytes, stream):
+        count[0] += 1
+        return (FakeDriver.CUresult.CUDA_ERROR_INVALID_VALUE, 0) if count[0] == 4 else real(nbytes, stream)
+    fake_gpu.cuMemAllocAsync = fail_the_fourth
+    with pytest.raises(cl.CinnliteError, match="cuMemAllocAsync"):
+        exe.run(mixed_feeds())
+    assert fake_gpu.live() == kept
+
+
+def test_without_memory_pools_plain_allocations_serve(monkeypatch):
+    driver = FakeDriver(pools=False)
+    use_driver(monkeypatch, driver)
+    driver.cuMemAllocAsync = None  # must not be called
+    exe = on_fake_gpu(driver, mixed_program())
+    want = cl.compile(mixed_program(), target="cpu").run(mixed_feeds())
+    got = exe.run(mixed_feeds())
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-6, atol=1e-5)

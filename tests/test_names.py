@@ -148,7 +148,7 @@ def test_names_that_are_equal_once_made_identifiers_stay_distinct(backend):
 
 
 def test_hostile_names_compile_with_nvrtc(tmp_path):
-    pytest.importorskip("cuda.bindings.nvrtc", reason="NVRTC (the optional extra `cuda`) is not installed")
+    pytest.importorskip("cuda.bindings.nvrtc", reason="NVRTC (the optional extra `cuda13` or `cuda12`) is not installed")
     from cinnlite.runtime import nvrtc
 
     hostile = hostile_names(tmp_path / MARK)

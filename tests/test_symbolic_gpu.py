@@ -264,7 +264,7 @@ def test_symbolic_errors_name_the_first_bad_index_as_the_cpu_does():
         assert str(got.value) == str(want.value) and got.value.position == (1234,)
 
 
-@pytest.mark.skipif(not nvrtc.available(), reason="NVRTC (the optional extra `cuda`) is not installed")
+@pytest.mark.skipif(not nvrtc.available(), reason="NVRTC (the optional extra `cuda13` or `cuda12`) is not installed")
 @pytest.mark.parametrize("name", ["gather_nd", "scatter_none", "scatter_mean", "broadcast", "reshape", "chain"])
 def test_nvrtc_compiles_the_cuda_c_of_symbolic_programs(name):
     from test_cuda_nvrtc import assert_compiles

@@ -2,6 +2,11 @@
 share: the rendered module and its stages, NVRTC's output for the module, the NVRTC check of
 every module, the error buffer of ``mode="raise"``, and the compile cache entry.
 
+Calls: host arrays in give host arrays out (``out=`` as on every target). Device arrays in (a
+:class:`~cinnlite.runtime.device_array.DeviceArray`, or what the runtime reads in place: see
+``_device_input`` of each runtime) give ``DeviceArray`` results; ``stream=`` and ``device=``
+choose where the call runs (see :class:`GPUCall`).
+
 NVRTC runs when something needs its output (the ``ptx`` stage, or the first run on a GPU), for
 the architecture asked for. What it produced is added to the executable's cache entry, so a later
 process that finds the entry on disk has the PTX and CUBIN without running NVRTC again; output of
@@ -15,9 +20,12 @@ import numpy as np
 
 from ..codegen.cuda import CudaModule, Launch
 from ..codegen.error_record import NO_POSITION, PER_CHECK
+from ..errors import InputError
 from ..ir.loopnest import LoweredProgram
 from . import nvrtc
+from .device_array import check_device_input, device_like
 from .executable import Executable
+from .shapes import shape_matches
 
 def nvrtc_check_archs() -> tuple:
     """Architectures every compiled CUDA module is also built for with NVRTC (a check that the
@@ -48,6 +56,27 @@ def _image_fields(out: nvrtc.NvrtcOutput) -> dict:
     return {"nvrtc": nvrtc.version(), "ptx": out.ptx, "cubin": out.cubin, "log": out.log}
 
 
+class GPUCall:
+    """Where one call runs and what it gives back: ``stream`` (a CUDA stream handle as an int:
+    0 or 1 the legacy default stream, 2 the per-thread one), ``device`` (the GPU's ordinal),
+    ``device_results`` (outputs stay in device memory as DeviceArrays), and ``keep``: what the
+    call holds until it returns (imported DLPack tensors)."""
+
+    __slots__ = ("stream", "device", "device_results", "keep")
+
+    def __init__(self, stream: int = 0, device: int = 0, device_results: bool = False):
+        self.stream, self.device, self.device_results, self.keep = stream, device, device_results, []
+
+
+def _call_option(name: str, value) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+        raise InputError(f"{name}= takes a non-negative int (a CUDA {'stream handle' if name == 'stream' else 'device ordinal'}), "
+                         f"got {value!r}")
+    return int(value)
+
+
 class CUDABaseExecutable(Executable):
     """What the GPU and the emulated GPU share: the module, its stages, NVRTC's output for it
     and the error buffer."""
@@ -67,6 +96,69 @@ class CUDABaseExecutable(Executable):
 
     def _ptx_arch(self) -> str:
         return nvrtc.DEFAULT_ARCH
+
+    # -- calls with device arrays, streams and devices ---------------------------------------
+
+    def run(self, inputs: dict, out=None, stream: int | None = None, device: int | None = None) -> dict:
+        """As on every target, plus: inputs may be device arrays (then the outputs are
+        DeviceArrays); ``stream=`` runs the call on that CUDA stream, ``device=`` on that GPU."""
+        if not isinstance(inputs, dict):
+            raise InputError("run() takes a dict of input name -> array")
+        if stream is None and device is None and not any(device_like(v) for v in inputs.values()):
+            return super().run(inputs, out)
+        if out is not None:
+            raise InputError("out= takes host arrays; a call given device arrays, stream= or device= returns "
+                             "new DeviceArrays (or host arrays for host inputs)")
+        return self._device_call(inputs, _call_option("stream", stream), _call_option("device", device))
+
+    def __call__(self, out=None, stream=None, device=None, **inputs):
+        """As on every target; ``stream=`` and ``device=`` as in ``run`` (a program with inputs
+        of those names takes them as inputs, like ``out``)."""
+        for key, value in (("stream", stream), ("device", device)):
+            if value is not None and key in self._input_names:
+                inputs[key] = value
+        stream = None if "stream" in self._input_names else stream
+        device = None if "device" in self._input_names else device
+        if stream is None and device is None and not any(device_like(v) for v in inputs.values()):
+            return super().__call__(out, **inputs)
+        outs = self.run(inputs, out, stream, device)
+        values = tuple(outs[b.name] for b in self.lowered.outputs)
+        return values[0] if len(values) == 1 else values
+
+    def _device_call(self, inputs: dict, stream: int | None, device: int | None) -> dict:
+        self._check_input_names(inputs)
+        call = self._new_call(inputs, stream, device)
+        arrays = {}
+        for name, shape, dtype in self._inputs:
+            value = inputs[name]
+            if device_like(value):
+                arr = self._device_input(name, value, call)
+                check_device_input(name, arr.shape, arr.dtype, lambda s, want=shape: shape_matches(s, want), dtype,
+                                   getattr(arr, "dl_strides", None))
+                call.device_results = True
+            else:
+                arr = self._checked_input(name, shape, dtype, value)
+            arrays[name] = arr
+        try:
+            return self._run(arrays, self._shapes.plan_for(arrays, self), None, call)
+        finally:
+            for held in call.keep:
+                held.release()
+
+    def _new_call(self, inputs: dict, stream: int | None, device: int | None) -> GPUCall:
+        """The call's stream and device (a runtime picks them from the inputs when not given)."""
+        raise NotImplementedError
+
+    def _device_input(self, name: str, value, call: GPUCall):
+        """``value``, a device array, as the runtime reads it in place (with ``shape``,
+        ``dtype`` and, where not C order for sure, ``dl_strides``); an InputError where this
+        runtime cannot read it."""
+        raise NotImplementedError
+
+    def to_device(self, array, stream: int | None = None, device: int | None = None):
+        """``array`` (host data) copied once into the target's memory, as a DeviceArray that
+        calls take without copying it again."""
+        raise NotImplementedError
 
     def ptx(self, arch: str | None = None) -> str:
         """PTX of the module from NVRTC, for ``arch`` (default: the GPU's, else sm_90)."""

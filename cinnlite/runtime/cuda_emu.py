@@ -17,6 +17,11 @@ order (thousands of threads run one after another would each stride across the w
 either way atomics combine in row-major order. ``exe.max_blocks = N`` bounds the grid to N
 blocks of 256 threads as the GPU runtime does, so that grid-stride loops take several turns and
 atomics combine in another order; ``exe.max_blocks = 0`` gives every item its own thread always.
+
+Device arrays: the emulated device's memory is host memory. A :class:`DeviceArray` of this target
+holds a numpy array (calls read it in place; its ``__dlpack__`` shows host memory), ``stream=``
+is taken and has nothing to order (every call has finished when it returns), and the only device
+is 0. Arrays in a real GPU's memory are refused with an error that says so.
 """
 from __future__ import annotations
 
@@ -34,9 +39,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import CompileError, TargetUnavailableError
+from ..errors import CompileError, InputError, TargetUnavailableError
 from . import cache as caches
-from .cuda_base import CUDABaseExecutable
+from .cuda_base import CUDABaseExecutable, GPUCall
+from .device_array import DL_CPU, DeviceArray
 
 PRELUDE = Path(__file__).with_name("cuda_emu_prelude.h")
 # -fwrapv: signed overflow wraps, as on the GPU; no FMA contraction, as NVRTC with -fmad=false.
@@ -182,6 +188,31 @@ def _padded_empty(shape, dtype) -> np.ndarray:
     return raw[start:start + nbytes].view(dtype).reshape(shape)
 
 
+class EmuMemory:
+    """The bytes of an emulated DeviceArray: a C-ordered host array."""
+
+    target = "cuda-emu"
+    device_id = 0
+    stream = 0
+    dlpack_device = (DL_CPU, 0)
+
+    def __init__(self, host: np.ndarray):
+        self.host = host
+
+    @property
+    def ptr(self) -> int:
+        return self.host.ctypes.data
+
+    def download(self, host: np.ndarray):
+        np.copyto(host, self.host.reshape(host.shape))
+
+    def order_before(self, stream):
+        """Nothing runs after a call returns: nothing to order."""
+
+    def export(self, array):
+        return self.host.__dlpack__()
+
+
 class CUDAEmuExecutable(CUDABaseExecutable):
     """Runs the CUDA C of the module on the CPU, one thread after another."""
 
@@ -219,7 +250,29 @@ class CUDAEmuExecutable(CUDABaseExecutable):
             buffers[name] = given if usable else _padded_empty(shape, dtype)
         return buffers
 
-    def _run(self, arrays: dict, plan, outputs: dict | None = None) -> dict:
+    def _new_call(self, inputs: dict, stream, device) -> GPUCall:
+        if device not in (None, 0):
+            raise InputError(f"target 'cuda-emu' emulates one GPU, device 0; device={device} does not exist")
+        return GPUCall(stream or 0, 0)
+
+    def _device_input(self, name: str, value, call: GPUCall):
+        if isinstance(value, DeviceArray) and value.target == self.target:
+            return value._memory.host
+        raise InputError(f"input '{name}' is in the memory of a GPU ({type(value).__name__}); target 'cuda-emu' "
+                         "runs on the host: pass host arrays, or DeviceArrays of this target (exe.to_device)")
+
+    def to_device(self, array, stream=None, device=None):
+        self._new_call({}, stream, device)
+        host = np.array(array, order="C", copy=True)
+        return DeviceArray(EmuMemory(host), host.shape, host.dtype)
+
+    def _run(self, arrays: dict, plan, outputs: dict | None = None, call: GPUCall | None = None) -> dict:
+        outs = self._run_host(arrays, plan, outputs)
+        if call is None or not call.device_results:
+            return outs
+        return {name: DeviceArray(EmuMemory(arr), arr.shape, arr.dtype) for name, arr in outs.items()}
+
+    def _run_host(self, arrays: dict, plan, outputs: dict | None) -> dict:
         buffers = self._allocate(arrays, plan, outputs)
         table = self._table_type(*[buffers[n].ctypes.data for n in self._slots])
         errors = self._new_error_buffer()

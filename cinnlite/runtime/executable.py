@@ -170,6 +170,8 @@ class Executable:
     the stage texts; this class owns the checks every call makes."""
 
     target = "?"
+    #: Whether calls read arrays in a GPU's memory in place (PyTorch CUDA tensors, CuPy arrays).
+    takes_gpu_memory = False
     #: Whether calls of a symbolic program with a power-of-two indexed axis run a static
     #: specialisation (see ``ShapePlans``): where the backend's static code is faster there.
     specialises_power_of_two = False
@@ -262,25 +264,29 @@ class Executable:
         return self._check_inputs_slow(kwargs)
 
     def _check_inputs_slow(self, kwargs: dict) -> dict:
+        self._check_input_names(kwargs)
+        return {name: self._checked_input(name, shape, dtype, kwargs[name]) for name, shape, dtype in self._inputs}
+
+    def _check_input_names(self, kwargs: dict):
         mismatch = input_name_mismatch([n for n, _, _ in self._inputs], kwargs)
         if mismatch:
             expected = ", ".join(f"{n}: {dt.name}{list(s)}" for n, s, dt in self._inputs)
             raise InputError(f"program '{self.program.name}': {mismatch} (expects {expected})")
-        arrays = {}
-        for name, shape, dtype in self._inputs:
-            value = kwargs[name]
-            arr = host_array(value, f"input '{name}'")
-            if arr.dtype != dtype and arr.dtype.newbyteorder("=") == dtype:
-                arr = arr.astype(dtype)  # the same values in the other byte order: a layout change
-            if arr.dtype != dtype:
-                raise InputTypeError(f"input '{name}': expected dtype {dtype.name}, got {arr.dtype.name} "
-                                     f"(cinnlite does not cast; use .astype(np.{dtype.name}))")
-            if not shape_matches(arr.shape, shape):
-                raise InputError(f"input '{name}': expected shape {shape_tuple_text(shape)}, got {arr.shape}")
-            if not (arr.flags.c_contiguous and arr.flags.aligned):
-                arr = np.array(arr, order="C", copy=True)
-            arrays[name] = arr
-        return arrays
+
+    @staticmethod
+    def _checked_input(name: str, shape: tuple, dtype: np.dtype, value) -> np.ndarray:
+        """One input as the host array a call reads: of the program's dtype and shape, C-ordered."""
+        arr = host_array(value, f"input '{name}'")
+        if arr.dtype != dtype and arr.dtype.newbyteorder("=") == dtype:
+            arr = arr.astype(dtype)  # the same values in the other byte order: a layout change
+        if arr.dtype != dtype:
+            raise InputTypeError(f"input '{name}': expected dtype {dtype.name}, got {arr.dtype.name} "
+                                 f"(cinnlite does not cast; use .astype(np.{dtype.name}))")
+        if not shape_matches(arr.shape, shape):
+            raise InputError(f"input '{name}': expected shape {shape_tuple_text(shape)}, got {arr.shape}")
+        if not (arr.flags.c_contiguous and arr.flags.aligned):
+            arr = np.array(arr, order="C", copy=True)
+        return arr
 
     def _allocate(self, arrays: dict, plan: ShapePlan, outputs: dict | None = None) -> dict:
         """Every buffer of a call: the inputs, constants and sizes, the caller's ``out=``

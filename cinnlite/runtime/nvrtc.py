@@ -1,7 +1,7 @@
 """NVRTC, NVIDIA's runtime compiler: CUDA C -> PTX and CUBIN, through ``cuda.bindings.nvrtc``.
 
-It comes from PyPI with the optional extra ``cuda`` (``cuda-bindings`` and
-``nvidia-cuda-nvrtc``); no CUDA toolkit, nvcc or GPU is needed. Results are cached by source
+It comes from PyPI with the optional extra ``cuda13`` or ``cuda12`` (``cuda-bindings`` and
+NVRTC of that CUDA version); no CUDA toolkit, nvcc or GPU is needed. Results are cached by source
 and architecture for the life of the process.
 """
 from __future__ import annotations
@@ -25,8 +25,9 @@ def _bindings():
         from cuda.bindings import nvrtc
     except ImportError as exc:
         raise TargetUnavailableError(
-            "NVRTC is not installed: the PTX stage needs the optional extra `cuda` "
-            "(pip install 'cinnlite[cuda]', which brings cuda-bindings and nvidia-cuda-nvrtc)") from exc
+            "NVRTC is not installed: the PTX stage needs the optional extra of your CUDA version "
+            "(pip install 'cinnlite[cuda13]', or 'cinnlite[cuda12]' for a CUDA 12 driver; each brings "
+            "cuda-bindings and NVRTC)") from exc
     return nvrtc
 
 
