@@ -536,3 +536,23 @@ def test_without_memory_pools_plain_allocations_serve(monkeypatch):
     got = exe.run(mixed_feeds())
     for name in want:
         np.testing.assert_allclose(got[name], want[name], rtol=1e-6, atol=1e-5)
+
+
+def test_nvrtc_output_comes_from_the_disk_cache_in_a_later_process(fake_gpu, cache_dir, monkeypatch):
+    from cinnlite.runtime import cache as caches
+    from cinnlite.runtime import nvrtc
+
+    program = take_program()
+    first = on_fake_gpu(fake_gpu, program)
+    first(x=np.ones((40, 3), np.float32), i=np.zeros(25, np.int64))  # NVRTC builds for the device's sm_90
+    caches.MEMORY.clear()  # as a new process finds it: on disk only
+
+    def no_nvrtc(*args, **kwargs):
+        raise AssertionError("NVRTC ran again")
+    monkeypatch.setattr(nvrtc, "_compile_cached", no_nvrtc)
+    monkeypatch.delenv("CINNLITE_NVRTC_CHECK", raising=False)  # the test suite's extra compile checks
+    later = on_fake_gpu(fake_gpu, program)
+    assert later is not first
+    out = later(x=np.ones((40, 3), np.float32), i=np.zeros(25, np.int64))
+    np.testing.assert_array_equal(out, np.ones((25, 3), np.float32))
+    assert fake_gpu.images[-1] == b"\x7fELF"
