@@ -25,7 +25,6 @@ where they do not match, the first call says which extra to install (``cinnlite[
 """
 from __future__ import annotations
 
-import contextlib
 import threading
 import weakref
 
@@ -139,6 +138,22 @@ class _Device:
         self.name = name.split(b"\x00")[0].decode() if isinstance(name, bytes) else str(name)
         # A bounded grid: enough resident blocks to fill every SM several times over.
         self.max_blocks = self.sm_count * 32
+        self._streams: dict = {}
+        if self.pooled_alloc:
+            self._keep_pool_memory()
+
+    def _keep_pool_memory(self):
+        """The device's memory pool keeps what calls give back instead of returning it to the
+        driver at every synchronisation (its default): a call's buffers come from the pool, and
+        handing 256 MB back and forth cost a fifth of a large take's time."""
+        driver = self.driver
+        try:
+            pool = _check(driver, driver.cuDeviceGetDefaultMemPool(self.device), "cuDeviceGetDefaultMemPool")
+            attribute = driver.CUmemPool_attribute.CU_MEMPOOL_ATTR_RELEASE_THRESHOLD
+            _check(driver, driver.cuMemPoolSetAttribute(pool, attribute, driver.cuuint64_t(2**64 - 1)),
+                   "cuMemPoolSetAttribute")
+        except (CinnliteError, TypeError, AttributeError):  # only slower: memory goes back at each sync
+            pass
 
     @classmethod
     def get(cls, ordinal: int = 0) -> "_Device":
@@ -154,50 +169,52 @@ class _Device:
                     raise
             return dev
 
-    @contextlib.contextmanager
-    def entered(self):
-        """The device's context made current for the block, the caller's restored after it."""
-        _check(self.driver, self.driver.cuCtxPushCurrent(self.context), "cuCtxPushCurrent")
-        try:
-            yield self
-        finally:
-            self.driver.cuCtxPopCurrent()
+    def entered(self) -> "_Entered":
+        """The device's context made current for a ``with`` block, the caller's restored after it."""
+        return _Entered(self)
+
+    def stream(self, handle: int):
+        """The driver's object for a stream handle (made once per handle)."""
+        found = self._streams.get(handle)
+        if found is None:
+            found = self._streams[handle] = self.driver.CUstream(handle)
+        return found
 
     def alloc(self, nbytes: int, stream: int = 0):
         """Device memory for ``nbytes``, ordered on ``stream`` (the driver's memory pool, where
         the device has one): at least 8 bytes and a multiple of 8."""
         size = max(8, (nbytes + 7) // 8 * 8)
         if self.pooled_alloc:
-            return _check(self.driver, self.driver.cuMemAllocAsync(size, self.driver.CUstream(stream)),
+            return _check(self.driver, self.driver.cuMemAllocAsync(size, self.stream(stream)),
                           "cuMemAllocAsync (out of device memory?)")
         return _check(self.driver, self.driver.cuMemAlloc(size), "cuMemAlloc (out of device memory?)")
 
     def free(self, dptr, stream: int = 0):
         """Give ``dptr`` back once the work queued on ``stream`` so far is done."""
         if self.pooled_alloc:
-            self.driver.cuMemFreeAsync(dptr, self.driver.CUstream(stream))
+            self.driver.cuMemFreeAsync(dptr, self.stream(stream))
         else:
             self.driver.cuMemFree(dptr)
 
     def upload(self, dptr, array: np.ndarray, stream: int = 0):
         if array.nbytes:
             _check(self.driver, self.driver.cuMemcpyHtoDAsync(dptr, array.ctypes.data, array.nbytes,
-                                                              self.driver.CUstream(stream)), "cuMemcpyHtoDAsync")
+                                                              self.stream(stream)), "cuMemcpyHtoDAsync")
 
     def download(self, array: np.ndarray, dptr, stream: int = 0):
         """Copy into ``array`` once the work queued on ``stream`` is done; returns when it is there."""
         if array.nbytes:
             _check(self.driver, self.driver.cuMemcpyDtoHAsync(array.ctypes.data, dptr, array.nbytes,
-                                                              self.driver.CUstream(stream)), "cuMemcpyDtoHAsync")
+                                                              self.stream(stream)), "cuMemcpyDtoHAsync")
         self.synchronize(stream)
 
     def copy(self, dst, src, nbytes: int, stream: int = 0):
         if nbytes:
-            _check(self.driver, self.driver.cuMemcpyDtoDAsync(dst, src, nbytes, self.driver.CUstream(stream)),
+            _check(self.driver, self.driver.cuMemcpyDtoDAsync(dst, src, nbytes, self.stream(stream)),
                    "cuMemcpyDtoDAsync")
 
     def synchronize(self, stream: int = 0):
-        _check(self.driver, self.driver.cuStreamSynchronize(self.driver.CUstream(stream)),
+        _check(self.driver, self.driver.cuStreamSynchronize(self.stream(stream)),
                "cuStreamSynchronize (a kernel failed)")
 
     def order(self, producer: int, consumer: int):
@@ -207,10 +224,28 @@ class _Device:
         driver = self.driver
         event = _check(driver, driver.cuEventCreate(driver.CUevent_flags.CU_EVENT_DISABLE_TIMING), "cuEventCreate")
         try:
-            _check(driver, driver.cuEventRecord(event, driver.CUstream(producer)), "cuEventRecord")
-            _check(driver, driver.cuStreamWaitEvent(driver.CUstream(consumer), event, 0), "cuStreamWaitEvent")
+            _check(driver, driver.cuEventRecord(event, self.stream(producer)), "cuEventRecord")
+            _check(driver, driver.cuStreamWaitEvent(self.stream(consumer), event, 0), "cuStreamWaitEvent")
         finally:
             driver.cuEventDestroy(event)
+
+
+class _Entered:
+    """``with dev.entered():`` pushes the device's primary context and pops it after the block."""
+
+    __slots__ = ("dev",)
+
+    def __init__(self, dev: "_Device"):
+        self.dev = dev
+
+    def __enter__(self):
+        dev = self.dev
+        _check(dev.driver, dev.driver.cuCtxPushCurrent(dev.context), "cuCtxPushCurrent")
+        return dev
+
+    def __exit__(self, *exc):
+        self.dev.driver.cuCtxPopCurrent()
+        return False
 
 
 def _same_stream(a: int, b: int) -> bool:
@@ -229,8 +264,10 @@ class CudaMemory:
         self.dev, self._ptr, self.stream, self.owner = dev, ptr, stream, owner
         self.device_id = dev.ordinal
         self.dlpack_device = (DL_CUDA, dev.ordinal)
-        if owner is None:
-            weakref.finalize(self, _free_one, dev, ptr, stream)
+
+    def __del__(self):
+        if self.owner is None:
+            _free_one(self.dev, self._ptr, self.stream)
 
     @property
     def ptr(self) -> int:
@@ -408,7 +445,7 @@ class CUDAExecutable(CUDABaseExecutable):
             got = _from_array_interface(name, value) or _from_dlpack(name, value, call)
         if got.device is not None and got.device != call.device:
             raise InputError(f"input '{name}' is on GPU {got.device}; the call runs on GPU {call.device}")
-        if got.stream is not None:
+        if got.stream is not None and not _same_stream(got.stream, call.stream):
             dev = _Device.get(call.device)
             with dev.entered():
                 dev.order(got.stream, call.stream)
@@ -461,7 +498,7 @@ class CUDAExecutable(CUDABaseExecutable):
 
     def _launch_all(self, bufs: _CallBuffers, plan, loaded: _Loaded):
         driver, block = loaded.dev.driver, self.module.block
-        stream = driver.CUstream(bufs.stream)
+        stream = loaded.dev.stream(bufs.stream)
         for fn, launch in zip(loaded.functions, self.module.launches):
             ptrs = [bufs.ptrs[n] for n in launch.buffers] + ([bufs.ptrs[_ERRORS]] if launch.errors else [])
             # kernelParams: an array of pointers, each to the memory holding one argument.

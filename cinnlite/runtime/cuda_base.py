@@ -25,7 +25,6 @@ from ..ir.loopnest import LoweredProgram
 from . import nvrtc
 from .device_array import check_device_input, device_like
 from .executable import Executable
-from .shapes import shape_matches
 
 def nvrtc_check_archs() -> tuple:
     """Architectures every compiled CUDA module is also built for with NVRTC (a check that the
@@ -133,8 +132,7 @@ class CUDABaseExecutable(Executable):
             value = inputs[name]
             if device_like(value):
                 arr = self._device_input(name, value, call)
-                check_device_input(name, arr.shape, arr.dtype, lambda s, want=shape: shape_matches(s, want), dtype,
-                                   getattr(arr, "dl_strides", None))
+                check_device_input(name, arr.shape, arr.dtype, shape, dtype, getattr(arr, "dl_strides", None))
                 call.device_results = True
             else:
                 arr = self._checked_input(name, shape, dtype, value)

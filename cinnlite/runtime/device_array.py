@@ -22,6 +22,7 @@ import numpy as np
 
 from ..dtypes import as_dtype
 from ..errors import InputError, InputTypeError
+from .shapes import shape_matches, shape_tuple_text
 
 #: DLPack's device types (dlpack.h).
 DL_CPU, DL_CUDA, DL_CUDA_HOST, DL_CUDA_MANAGED = 1, 2, 3, 13
@@ -130,15 +131,15 @@ def device_like(value) -> bool:
         return False
 
 
-def check_device_input(name: str, shape, dtype, want_shape_ok, want_dtype, strides=None):
-    """The checks every device input gets: dtype, shape (``want_shape_ok(shape)``), and C order
-    (``strides`` in bytes, None for C-contiguous). Raises the same errors as host inputs do."""
-    dtype = np.dtype(dtype)
+def check_device_input(name: str, shape, dtype, want_shape, want_dtype, strides=None):
+    """The checks every device input gets: dtype, shape (against the program's, which may be
+    symbolic), and C order (``strides`` in bytes, None for C-contiguous). Raises the same errors
+    as host inputs do."""
     if dtype != want_dtype:
-        raise InputTypeError(f"input '{name}': expected dtype {want_dtype.name}, got {dtype.name} "
+        raise InputTypeError(f"input '{name}': expected dtype {want_dtype.name}, got {np.dtype(dtype).name} "
                              "(cinnlite does not cast)")
-    if not want_shape_ok(tuple(shape)):
-        raise InputError(f"input '{name}': shape {tuple(shape)} does not match the program's")
+    if shape != want_shape and not shape_matches(shape, want_shape):
+        raise InputError(f"input '{name}': expected shape {shape_tuple_text(want_shape)}, got {tuple(shape)}")
     if strides is not None and not is_c_ordered(shape, strides, dtype.itemsize):
         raise InputError(f"input '{name}': a device array must be C-contiguous (strides {tuple(strides)}); "
                          "make it contiguous first (e.g. tensor.contiguous())")
