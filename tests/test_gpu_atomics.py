@@ -7,6 +7,7 @@
   16 bits is swapped on its own; a byte in the aligned 32-bit word where that lies inside the
   tensor, else in the aligned halfword, which reaches one byte outside only at an odd start or an
   odd end.
+- ``mode="raise"`` with many bad indices reports what the CPU reports, however the grid runs.
 - NVRTC compiles the helpers for every architecture it supports from sm_70 to sm_90.
 """
 from __future__ import annotations
@@ -20,6 +21,7 @@ import pytest
 import cinnlite as cl
 from cinnlite import NetBuilder
 from cinnlite.codegen.cuda import render_emu_launcher
+from cinnlite.errors import IndexOutOfRangeError
 from cinnlite.runtime import cuda as cuda_runtime
 from cinnlite.runtime import cuda_emu
 
@@ -287,6 +289,84 @@ def test_compare_and_swap_loops_start_from_a_coherent_read():
     assert "old = *w" not in src
 
 
+# -- mode="raise" ---------------------------------------------------------------------------------------
+
+
+def raise_program():
+    b = NetBuilder("raise_many")
+    x = b.create_input("float32", (4, 7), "x")
+    i = b.create_input("int64", (1 << 16,), "i")
+    j = b.create_input("int32", (3, 333), "j")
+    k = b.create_input("int16", (500, 7), "k")
+    u = b.create_input("float32", (500, 7), "u")
+    g = b.take(x, i, axis=1)                                  # 4 x 65536
+    outs = [g, b.gather(g, j, axis=0),                         # a second check on another index
+            b.scatter(x, b.add(k, b.fill_constant((500, 7), 1, "int16")), u, axis=0, reduce="add")]
+    return b.build(outs)
+
+
+def raise_cases(rng):
+    n = 1 << 16
+    good = dict(i=rng.integers(-7, 7, n), j=rng.integers(-4, 4, (3, 333)).astype(np.int32),
+                k=rng.integers(-5, 3, (500, 7)).astype(np.int16), x=np.zeros((4, 7), np.float32),
+                u=np.ones((500, 7), np.float32))
+    cases = {"all bad": dict(good, i=rng.integers(7, 1 << 40, n) * rng.choice([-1, 1], n))}
+    some = good["i"].copy()
+    bad = rng.choice(n, 3000, replace=False)
+    some[bad] = rng.integers(8, 100, 3000)
+    cases["some bad"] = dict(good, i=some)
+    at_end = good["i"].copy()
+    at_end[-1] = -8
+    cases["bad at the end"] = dict(good, i=at_end)
+    later = good["j"].copy()
+    later[2, 100:] = 9
+    cases["a later check"] = dict(good, j=later)
+    both = dict(cases["some bad"], j=later)
+    cases["two checks"] = both
+    shifted = good["k"].copy()
+    shifted[[17, 400], [5, 2]] = 3  # 4 after the add: out of range only for the scatter
+    cases["a computed index"] = dict(good, k=shifted)
+    return cases
+
+
+@pytest.mark.parametrize("target", gpu_targets())
+def test_many_bad_indices_report_what_the_cpu_reports(target):
+    skip_without_gpu(target)
+    prog = raise_program()
+    cpu = cl.compile(prog, target="cpu")
+    exe = cl.compile(prog, target=target)
+    for label, feeds in raise_cases(np.random.default_rng(11)).items():
+        with pytest.raises(IndexOutOfRangeError) as want:
+            cpu.run(feeds)
+        for grid in ([1, 3, 0, None] if target == "cuda-emu" else [None]):
+            exe.max_blocks = grid
+            with pytest.raises(IndexOutOfRangeError) as got:
+                exe.run(feeds)
+            assert str(got.value) == str(want.value), f"{label}, grid {grid}"
+            assert (got.value.input, got.value.position, got.value.value) == \
+                (want.value.input, want.value.position, want.value.value), f"{label}, grid {grid}"
+    exe.max_blocks = None
+    ok = dict(raise_cases(np.random.default_rng(11))["all bad"])
+    ok["i"] = np.zeros(1 << 16, np.int64)
+    got, want = exe.run(ok), cpu.run(ok)
+    for name in want:
+        np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+
+
+def test_the_report_lowers_the_position_without_a_lock_and_stores_the_value_under_it():
+    src = cl.compile(raise_program(), target="cuda").source("cuda")
+    body = src[src.index("void cl_report_index_error("):]
+    body = body[:body.index("\n}\n")]
+    # Only a thread that lowered the position goes on to the lock; one waiting leaves once a
+    # smaller position is recorded; the lock's holder fences on taking and before freeing it.
+    assert "if (atomicMin(record + 0, position) <= position) return;" in body
+    assert "if (seen[0] < position) return;" in body
+    take, store, free = (body.index("atomicCAS(lock, 0ULL, 1ULL)"), body.index("seen[1] = value"),
+                         body.index("atomicExch(lock, 0ULL)"))
+    fences = [k for k in range(len(body)) if body.startswith("__threadfence();", k)]
+    assert len(fences) == 2 and take < fences[0] < store < fences[1] < free
+
+
 # -- NVRTC ----------------------------------------------------------------------------------------------
 
 
@@ -294,7 +374,7 @@ NVRTC_ARCHS = ["sm_70", "sm_75", "sm_80", "sm_90"]
 
 
 @pytest.mark.parametrize("arch", NVRTC_ARCHS)
-def test_nvrtc_compiles_the_atomics(arch):
+def test_nvrtc_compiles_the_atomics_and_the_report(arch):
     pytest.importorskip("cuda.bindings.nvrtc", reason="NVRTC (the optional extra `cuda`) is not installed")
     from cinnlite.runtime import nvrtc
 
@@ -307,3 +387,5 @@ def test_nvrtc_compiles_the_atomics(arch):
         assert bool(re.search(r"atom(\.global)?\.cas\.b16", ptx)) == (dtype != "float64"), dtype
         if dtype in ("float16", "uint16"):
             assert not re.search(r"atom(\.global)?\.cas\.b32", ptx), dtype
+    out = nvrtc.compile_cuda(cl.compile(raise_program(), target="cuda").source("cuda"), arch, fast=True)
+    assert out.cubin and re.search(r"atom(\.global)?\.min\.s64", out.ptx)

@@ -19,7 +19,8 @@ bytes (the ``Reduce`` hands it the buffer and its element count); only a halfwor
 or end reaches one byte past the tensor, which it writes back unchanged (docs/SEMANTICS.md,
 "Reductions and duplicates"). ``ReportIndexError`` records the smallest bad position of its
 check, and the index value there, in the error buffer (one ``error_record.PER_CHECK`` record per
-check).
+check): the position by an atomic minimum, the value under a lock that only threads which lowered
+the position take.
 
 Value types: bool is ``bool`` in registers and one byte in memory; float16 and bfloat16 are kept
 as their bits (``cl_half``, ``cl_bf16``; no ``cuda_fp16.h`` or ``cuda_bf16.h``, so the host
