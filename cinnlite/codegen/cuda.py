@@ -12,9 +12,15 @@ Every top-level statement of a kernel (after :mod:`cinnlite.ir.schedule_gpu`) is
 size (``cinnlite.ir.symbolic``) is a load of its int64 scalar buffer (``#E``), a kernel parameter
 like any other buffer, so item counts, the split and strides may be run-time values; the host
 computes such a launch's item count per call. On the GPU a
-``Reduce`` is atomic and a ``Store`` plain; ``ReportIndexError`` records the smallest bad position
-of its check, and the index value there, in the error buffer (one ``error_record.PER_CHECK``
-record per check).
+``Reduce`` is atomic and a ``Store`` plain. An atomic touches no memory outside its tensor but
+where nothing else can work: a 16-bit element is swapped alone, and an 8-bit one (no GPU swaps a
+single byte) in the aligned word or halfword around it that its helper picks inside the tensor's
+bytes (the ``Reduce`` hands it the buffer and its element count); only a halfword at an odd start
+or end reaches one byte past the tensor, which it writes back unchanged (docs/SEMANTICS.md,
+"Reductions and duplicates"). ``ReportIndexError`` records the smallest bad position of its
+check, and the index value there, in the error buffer (one ``error_record.PER_CHECK`` record per
+check): the position by an atomic minimum, the value under a lock that only threads which lowered
+the position take.
 
 Value types: bool is ``bool`` in registers and one byte in memory; float16 and bfloat16 are kept
 as their bits (``cl_half``, ``cl_bf16``; no ``cuda_fp16.h`` or ``cuda_bf16.h``, so the host
@@ -81,6 +87,10 @@ _RESERVED = frozenset("""
     typeid typename union unsigned using virtual void volatile wchar_t while xor
     threadIdx blockIdx blockDim gridDim warpSize main min max errors fmod fmodf NULL
 """.split())
+
+
+# The word an atomic compare-and-swap on an element of so many bits swaps.
+_CAS_WORDS = {16: "unsigned short", 32: "unsigned int", 64: "unsigned long long"}
 
 
 def _utype(dtype: DType) -> str:
@@ -217,19 +227,19 @@ class _Helpers:
             return self._add(name, kind="atomic_native", ctype=ct, call=native)
         combine = emitter.combine(op, dtype, "cur", "v")  # registers the helpers it calls first
         spec = dict(op=op, dtype=dtype.name, ctype=ct, combine=combine)
-        if dtype.bits >= 32:
-            word = "unsigned int" if dtype.bits == 32 else "unsigned long long"
-            if dtype.name == "float32":
-                from_word, to_word = "__uint_as_float(assumed)", "__float_as_uint(next)"
-            elif dtype.name == "float64":
-                from_word = "__longlong_as_double((long long)assumed)"
-                to_word = "(unsigned long long)__double_as_longlong(next)"
-            else:
-                from_word, to_word = f"({ct})assumed", f"({word})next"
-            return self._add(name, kind="atomic_cas", bits=dtype.bits, word=word, from_word=from_word,
-                             to_word=to_word, **spec)
-        from_bits = "unsigned char" if dtype.bits == 8 else "unsigned short"
-        return self._add(name, kind="atomic_cas_sub", bits=dtype.bits, from_bits=from_bits, **spec)
+        if dtype.bits == 8:  # no 8-bit compare-and-swap: a window around the byte, inside the tensor
+            return self._add(name, kind="atomic_cas_byte", **spec)
+        # 16 bits: the native 16-bit compare-and-swap (compute capability 7.0 and newer)
+        word = _CAS_WORDS[dtype.bits]
+        if dtype.name == "float32":
+            from_word, to_word = "__uint_as_float(assumed)", "__float_as_uint(next)"
+        elif dtype.name == "float64":
+            from_word = "__longlong_as_double((long long)assumed)"
+            to_word = "(unsigned long long)__double_as_longlong(next)"
+        else:
+            from_word, to_word = f"({ct})assumed", f"({word})next"
+        return self._add(name, kind="atomic_cas", bits=dtype.bits, word=word, from_word=from_word,
+                         to_word=to_word, **spec)
 
 
 # -- expressions and statements -----------------------------------------------------------------
@@ -447,7 +457,10 @@ class _Emitter:
                 raise CompileError("CUDA renderer: a scatter update without reduction reached the renderer; "
                                    "the GPU pipeline must give it a winner (scatter_last_write_wins)")
             fn = self.h.atomic(s.combine, s.buffer.dtype, self)
-            return [f"{pad}{fn}(&{self.element(s.buffer, s.indices)}, {self.expr(s.value)});"]
+            args = [f"&{self.element(s.buffer, s.indices)}", self.expr(s.value)]
+            if s.buffer.dtype.itemsize == 1:  # the byte helpers keep to the tensor's bytes
+                args += [self.names[s.buffer.name], _c_size(s.buffer.size, self.index)]
+            return [f"{pad}{fn}({', '.join(args)});"]
         if isinstance(s, If):
             lines = [f"{pad}if ({self.expr(s.cond)}) {{"] + self.stmt(s.then, depth + 1)
             if s.orelse is not None:

@@ -6,9 +6,10 @@ them), the runtimes allocate and read them (``runtime/cpu.py``, ``runtime/cuda_b
   threads. A stage that fails stops and writes the check that failed, the flat position of the
   bad index in its index tensor and the bad value.
 - ``PER_CHECK``, the GPU's (and its emulation's): one record per check, filled by whichever
-  threads fail it: the smallest bad position (``NO_POSITION`` while none failed), the value at
-  that position, and a lock that only failing threads take. The last slot pads the record to
-  32 bytes.
+  threads fail it: the smallest bad position (``NO_POSITION`` while none failed; threads lower
+  it with an atomic minimum, so positions are non-negative and ``NO_POSITION`` the largest), the
+  value at that position, and a lock (0 when free) under which a thread that lowered the position
+  stores its value. The last slot pads the record to 32 bytes.
 """
 from __future__ import annotations
 

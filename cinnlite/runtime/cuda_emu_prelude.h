@@ -71,6 +71,9 @@ static inline unsigned long long atomicMax(unsigned long long* p, unsigned long 
 static inline unsigned long long atomicMin(unsigned long long* p, unsigned long long v) {
     unsigned long long old = *p; if (v < old) *p = v; return old;
 }
+static inline unsigned short atomicCAS(unsigned short* p, unsigned short expected, unsigned short desired) {
+    unsigned short old = *p; if (old == expected) *p = desired; return old;
+}
 static inline unsigned int atomicCAS(unsigned int* p, unsigned int expected, unsigned int desired) {
     unsigned int old = *p; if (old == expected) *p = desired; return old;
 }
