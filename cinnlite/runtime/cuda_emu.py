@@ -179,8 +179,9 @@ def _library_lock(path: Path) -> threading.Lock:
 
 
 def _padded_empty(shape, dtype) -> np.ndarray:
-    """An array whose memory starts 64-byte aligned and runs on to a multiple of 8 bytes, so that
-    8- and 16-bit atomics may touch the whole 32-bit word holding their element."""
+    """An array whose memory starts 64-byte aligned, with 8 bytes to spare after it: an atomic
+    update of a byte may read and write back one byte past a tensor that ends at an odd
+    address (see the byte atomics in helpers.cu.j2)."""
     dtype = np.dtype(dtype)
     nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     raw = np.empty(nbytes + 8 + 64, np.uint8)
@@ -243,10 +244,10 @@ class CUDAEmuExecutable(CUDABaseExecutable):
         buffers.update(self._consts)
         buffers.update(plan.symbol_arrays)
         for name, shape, dtype, _ in plan.allocs:
-            # An out= array of 8- or 16-bit elements is written through a padded buffer (and
-            # copied in by the caller): the sub-word atomics may touch the bytes after a tensor.
+            # An out= array of bytes is written through a padded buffer (and copied in by the
+            # caller): a byte atomic may touch the byte after a tensor that ends at an odd address.
             given = outputs.get(name) if outputs else None
-            usable = given is not None and given.dtype.itemsize >= 4
+            usable = given is not None and given.dtype.itemsize >= 2
             buffers[name] = given if usable else _padded_empty(shape, dtype)
         return buffers
 
