@@ -21,9 +21,9 @@ float16 included); the matrix's mul and mean, and W4-W6 (float32 sums against a 
 reference), within a tolerance. A failing implementation is reported and left out of the timing;
 the exit status is 1 when cinnlite failed anywhere.
 
-Timing: the implementations, the device copy included, take turns round by round (``--repeat``
-rounds, 5 by default, the order reversed every other round); in its turn each makes one untimed
-call, then 6 timed ones, each between two CUDA events: ``exe.time_kernels`` for cinnlite (inputs
+Timing: after a round of warm-up, the implementations, the device copy included, take turns
+round by round (``--repeat`` rounds, 5 by default, the order reversed every other round); in its
+turn each makes one untimed call, then 6 timed ones, each between two CUDA events: ``exe.time_kernels`` for cinnlite (inputs
 already on the device), ``torch.cuda.Event`` for PyTorch, ``cupy.cuda.Event`` for CuPy. A time is
 the median of an implementation's samples. Cells of 1 k elements measure launch latency more than memory
 (the events enclose the host's launch calls). "vs best" is the best peer's time over cinnlite's
@@ -74,6 +74,7 @@ INNER = {True: 6, False: 2}  # timed calls per turn: on a GPU, in the emulation
 WORKLOAD_TOL = (1e-5, 2e-5)
 FAST_PCT = 80.0               # the share of the copy bandwidth a large cell should reach
 DEFAULT_BUDGET_S = 240.0
+NO_SUCH_OPERATION = "no such operation"
 #: Errors after which the CUDA context is unusable: nothing later can be measured.
 STICKY = ("ILLEGAL_ADDRESS", "illegal memory access", "LAUNCH_FAILED", "unspecified launch failure",
           "misaligned address", "ILLEGAL_INSTRUCTION")
@@ -137,8 +138,7 @@ def make_platform(args) -> Platform | None:
     else:
         from cinnlite.runtime.cuda import gpu_available
         if not gpu_available():
-            print("bench_cuda: no CUDA GPU, driver or NVRTC here; nothing to measure "
-                  "(--emulate runs the same cells on the CPU)")
+            print(f"bench_cuda: nothing to measure: {why_no_gpu()} (--emulate runs the same rows on the CPU)")
             return None
         plat = Platform(True, "cuda", args.cache)
     try:
@@ -159,6 +159,18 @@ def make_platform(args) -> Platform | None:
     except Exception as exc:
         plat.missing["cupy"] = f"{type(exc).__name__}: {exc}"[:200]
     return plat
+
+
+def why_no_gpu() -> str:
+    """What running a one-element program on target "cuda" says is missing."""
+    b = cl.NetBuilder("probe")
+    x = b.create_input("float32", (1,), "x")
+    try:
+        cl.compile(b.build([b.take(x, b.constant(np.zeros(1, np.int64)), axis=0)]), target="cuda").run(
+            {"x": np.zeros(1, np.float32)})
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return "gpu_available() is False"
 
 
 # -- one implementation, timed ------------------------------------------------------------------
@@ -204,6 +216,10 @@ def cinnlite_timed(plat: Platform, program, feeds: dict) -> Timed:
     return Timed("cinnlite", timer, result, note, info)
 
 
+class Unsupported(Exception):
+    """A library refused the operation for these inputs (CuPy's scatters for some dtypes)."""
+
+
 def peer_timed(lib, make) -> Timed | None:
     """A peer (gpu_peers.py) made and run once, or None where the library lacks the operation."""
     peer = make()
@@ -213,7 +229,10 @@ def peer_timed(lib, make) -> Timed | None:
 
     def run():
         last["r"] = peer.run()
-    run()
+    try:
+        run()
+    except TypeError as exc:  # how CuPy and PyTorch refuse a dtype
+        raise Unsupported(f"{lib.name}: {exc}") from exc
     return Timed(lib.name, lambda n: lib.clock.time(run, n), lambda: lib.get(last["r"]), peer.note)
 
 
@@ -229,14 +248,16 @@ def copy_timed(plat: Platform, nbytes: int) -> Timed:
 
 
 def interleaved(ready: list, rounds: int, inner: int, row: dict) -> dict:
-    """Samples per implementation: ``rounds`` turns each, the order reversed every other round.
-    One that raises is reported in ``row`` and drops out."""
+    """Samples per implementation: ``rounds`` turns each after a discarded round of warm-up, the
+    order reversed every other round. One that raises is reported in ``row`` and drops out."""
     samples = {impl.name: [] for impl in ready}
     live = list(ready)
-    for k in range(rounds):
+    for k in range(-1, rounds):
         for impl in (live if k % 2 == 0 else live[::-1]):
             try:
-                samples[impl.name] += impl.time(inner)
+                times = impl.time(inner)
+                if k >= 0:
+                    samples[impl.name] += times
             except Exception as exc:
                 row["errors"][impl.name] = f"while timing: {type(exc).__name__}: {exc}"[:300]
                 live.remove(impl)
@@ -257,11 +278,13 @@ def measure(row: dict, makers: list, check, plat: Platform, args):
         try:
             impl = make()
             if impl is None:
-                row["skipped"][name] = "no such operation"
+                row["skipped"][name] = NO_SUCH_OPERATION
                 continue
             check(name, impl.result())
             row["impls"][name] = {"note": impl.note, "checked": True, **impl.info}
             ready.append(impl)
+        except Unsupported as exc:
+            row["skipped"][name] = str(exc)[:200]
         except Exception as exc:  # a failing implementation is reported, never fatal
             row["errors"][name] = f"{type(exc).__name__}: {exc}"[:300]
     if ready:
@@ -503,6 +526,9 @@ def print_row(row: dict, plat: Platform):
     print(text, flush=True)
     for name, err in row["errors"].items():
         print(f"    {name} FAILED: {err[:240]}", flush=True)
+    for name, why in row["skipped"].items():
+        if why != NO_SUCH_OPERATION:
+            print(f"    {name} n/a: {why}", flush=True)
 
 
 def geomean(values) -> float:

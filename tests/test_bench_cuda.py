@@ -232,7 +232,7 @@ def test_the_gpu_path_times_with_the_runtime_and_events(bench_cuda, monkeypatch,
     assert len(result["workloads"]) == 3 and len(result["matrix"]) == 10
     inner = bench_cuda.INNER[True]
     assert calls and all(c["repeat"] == inner and c["warmup"] == 1 for c in calls)
-    assert len(calls) == 2 * len(rows)  # a turn a round
+    assert len(calls) == 3 * len(rows)  # a turn a round, the round of warm-up included
     for row in rows:
         assert not row["errors"], row["errors"]
         cinnlite, torch = row["impls"]["cinnlite"], row["impls"]["torch"]
@@ -243,7 +243,7 @@ def test_the_gpu_path_times_with_the_runtime_and_events(bench_cuda, monkeypatch,
 
 
 def test_a_broken_cuda_context_stops_the_run(bench_cuda, monkeypatch, tmp_path, capsys):
-    status, result, _ = run_on_fake_gpu(bench_cuda, monkeypatch, tmp_path, 3, "--only", "matrix",
+    status, result, _ = run_on_fake_gpu(bench_cuda, monkeypatch, tmp_path, 4, "--only", "matrix",
                                         "--match", "first float32 i64 16k")
     out = capsys.readouterr().out
     assert status == 1
@@ -268,3 +268,29 @@ def test_the_quick_look_at_w4_to_w6_keeps_the_tolerance_of_correctness_check(ben
     assert not bench_cuda.agrees(far, expected, bench_cuda.WORKLOAD_TOL)
     with pytest.raises(AssertionError):
         check(case, expected, far, "far")
+
+
+def test_a_dtype_a_peer_refuses_is_not_applicable_rather_than_failed(bench_cuda, tmp_path, capsys, monkeypatch):
+    pytest.importorskip("torch")
+    cp, cpx = numpy_cupy()
+    monkeypatch.setitem(sys.modules, "cupy", cp)
+    monkeypatch.setitem(sys.modules, "cupyx", cpx)
+    import gpu_peers
+
+    # A CuPy that claims int64 sums, and refuses them when called.
+    monkeypatch.setitem(gpu_peers.CUPY_SCATTER_DTYPES, "add", ("float16", "float32", "int32", "int64"))
+    status, out, result = run_bench(bench_cuda, tmp_path, capsys, "--only", "matrix", "--match", "int64 i64 16k add")
+    assert status == 0
+    (row,) = [r for r in result["matrix"] if r["label"] == "scatter first int64 i64 16k add"]
+    assert row["skipped"]["cupy"] == "cupy: add: int64 is not supported" and not row["errors"]
+    assert "cupy n/a: cupy: add: int64 is not supported" in out
+
+
+def test_without_a_gpu_it_says_what_is_missing(bench_cuda, capsys):
+    from cinnlite.runtime.cuda import gpu_available
+
+    if gpu_available():
+        pytest.skip("a GPU is here")
+    assert bench_cuda.main(["--quick"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("bench_cuda: nothing to measure: TargetUnavailableError: ") and "--emulate" in out
