@@ -81,7 +81,7 @@ def _run(exe, names, tensors, outputs) -> list:
     tensors on a target that reads GPU memory (results through DLPack, on the call's stream,
     PyTorch's current one); results on the inputs' device."""
     device = next((t.device for t in tensors if isinstance(t, torch.Tensor)), None)
-    in_place = exe.takes_gpu_memory and device is not None and device.type == "cuda"
+    in_place = exe.takes_gpu_memory and any(isinstance(t, torch.Tensor) and t.is_cuda for t in tensors)
     arrays = {n: t.detach().contiguous() if in_place else to_numpy(t) for n, t in zip(names, tensors)}
     results = exe.run(arrays)
     if in_place:

@@ -589,7 +589,7 @@ class CUDAExecutable(CUDABaseExecutable):
 def _device_of(value) -> int | None:
     """The GPU ordinal of a device input, where it says cheaply (None for host arrays)."""
     if isinstance(value, DeviceArray):
-        return value.device if value.target == "cuda" else None
+        return value.device if isinstance(value._memory, CudaMemory) else None
     if not device_like(value):
         return None
     device = getattr(value, "device", None)
