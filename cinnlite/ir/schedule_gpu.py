@@ -34,15 +34,16 @@ counterpart of this module is ``schedule_cpu.py``.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
-from ..dtypes import int32, int64
+from ..dtypes import bool_, int32, int64
 from ..errors import CompileError
-from .loopnest import (Binary, Buffer, Cast, Cmp, Const, For, If, Kernel, Load, Reduce,
-                       ReportIndexError, Seq, Store, Var, as_expr, const)
-from .passes import verify
-from .transform import (build_nest, flat_position, map_stmt, perfect_nest, sequence, stmt_exprs, substitute,
-                        top_level, walk_expr, walk_stmt)
+from .loopnest import (Binary, Buffer, Cast, Cmp, Const, For, If, Kernel, Let, Load, Reduce,
+                       ReportIndexError, Select, Seq, Store, Var, as_expr, const, dim_mul, let)
+from .passes import RANGE_VARS, verify
+from .transform import (build_nest, expr_vars, flat_position, map_stmt, perfect_nest, sequence, stmt_exprs,
+                        stmt_vars, substitute, top_level, unflatten_position, walk_expr, walk_stmt)
 
 GRID = "gpu.grid"
 
@@ -75,6 +76,11 @@ def size_estimate(size) -> int:
         value = {"add": a + b, "sub": a - b, "mul": a * b, "min": min(a, b), "max": max(a, b)}[size.op]
         return max(1, value)
     return SYMBOLIC_SIZE_ESTIMATE  # a symbol, or anything else a pass cannot weigh
+
+
+def _bound(stmt) -> bool:
+    """Whether ``stmt`` is a launch already (an earlier pass bound it to the grid)."""
+    return isinstance(stmt, For) and stmt.kind == GRID
 
 
 def _is_static(loops) -> bool:
@@ -194,17 +200,18 @@ def prefer_ordered(parallel: int, serial: int, output_size: int) -> bool:
     return parallel >= ORDERED_MIN_PARALLEL and serial <= 1024
 
 
+def _read_combine_write(s):
+    """A ``Reduce`` as the plain read, combine and write of a thread that owns its target."""
+    if isinstance(s, Reduce):
+        if s.combine == "none":
+            return Store(s.buffer, s.indices, s.value)
+        return Store(s.buffer, s.indices, Binary(s.combine, Load(s.buffer, s.indices), s.value))
+    return s
+
+
 def _ordered(kernel, stmt):
     owns, serial, body, _ = _split_update_nest(kernel, stmt)
-
-    def read_combine_write(s):
-        if isinstance(s, Reduce):
-            if s.combine == "none":
-                return Store(s.buffer, s.indices, s.value)
-            return Store(s.buffer, s.indices, Binary(s.combine, Load(s.buffer, s.indices), s.value))
-        return s
-
-    nest = build_nest(serial, map_stmt(body, None, read_combine_write))
+    nest = build_nest(serial, map_stmt(body, None, _read_combine_write))
     if owns:
         return build_nest([replace(l, kind=GRID) for l in owns], nest)
     return For(Var("g0"), const(1), nest, GRID)
@@ -224,7 +231,7 @@ def _order_nests(kernel: Kernel, always_floats: bool) -> Kernel:
     stmts, changed = [], False
     for stmt in top_level(kernel.body):
         reduces = [s for s in walk_stmt(stmt) if isinstance(s, Reduce)]
-        if not reduces:
+        if not reduces or _bound(stmt):  # no update, or one an earlier pass scheduled
             stmts.append(stmt)
             continue
         owns, serial, _, _ = _split_update_nest(kernel, stmt)
@@ -250,6 +257,348 @@ def order_update_nests_deterministic(kernel: Kernel) -> Kernel:
     loop separates the targets then runs on one thread. Integer reductions may stay atomic:
     wrap-around add and mul, max and min give the same bits in any order."""
     return _order_nests(kernel, always_floats=True)
+
+
+# -- sort_update_nests ----------------------------------------------------------------------------
+
+#: The sorted plan's counting passes sort at most this many bits of the key each.
+RADIX_BITS = 8
+#: The bits of a symbolic number of targets or updates, as the sorted plan assumes them: the
+#: radix passes past the bits a call needs do nothing. 2**40 elements is more than any device
+#: memory holds.
+SYMBOLIC_BITS = 40
+
+
+def _update_group(body):
+    """``(group, reduces)``: the statement holding every ``Reduce`` of an update body, when the
+    body is Let and else-less If wrappers around one ``Reduce`` or a Seq of ``Reduce`` s, all
+    at the same indices (a mean's sum and count); else None."""
+    s = body
+    while isinstance(s, Let) or (isinstance(s, If) and s.orelse is None):
+        s = s.body if isinstance(s, Let) else s.then
+    if isinstance(s, Reduce):
+        reduces = [s]
+    elif isinstance(s, Seq) and s.stmts and all(isinstance(x, Reduce) for x in s.stmts):
+        reduces = list(s.stmts)
+    else:
+        return None
+    if any(r.combine == "none" or r.indices != reduces[0].indices for r in reduces):
+        return None
+    return s, reduces
+
+
+def _replace_group(body, group, new):
+    """``body`` (see :func:`_update_group`) with ``group`` replaced by ``new``."""
+    if body is group:
+        return new
+    if isinstance(body, Let):
+        return Let(body.bindings, _replace_group(body.body, group, new))
+    return If(body.cond, _replace_group(body.then, group, new))
+
+
+def _prune_lets(stmt):
+    """``stmt`` without the Let bindings nothing uses."""
+    def visit(s):
+        if isinstance(s, Let):
+            needed, kept = stmt_vars(s.body), []
+            for var, value in reversed(s.bindings):
+                if var in needed:
+                    kept.append((var, value))
+                    needed |= expr_vars(value)
+            return let(reversed(kept), s.body)
+        return s
+
+    return map_stmt(stmt, None, visit)
+
+
+def _var_names(kernel) -> set:
+    names = {v.name for v in RANGE_VARS}
+    for s in walk_stmt(kernel.body):
+        if isinstance(s, For):
+            names.add(s.var.name)
+        elif isinstance(s, Let):
+            names |= {v.name for v, _ in s.bindings}
+        for e in stmt_exprs(s):
+            names |= {v.name for v in expr_vars(e)}
+    return names
+
+
+def _product(sizes):
+    out = 1
+    for d in sizes:
+        out = dim_mul(out, d)
+    return out
+
+
+def _size(extent):
+    """A loop extent as a size: an int, or the int64 expression of a symbolic one."""
+    return int(extent.value) if isinstance(extent, Const) else extent
+
+
+def _ceil_div(a, k: int):
+    if isinstance(a, int):
+        return -(-a // k)
+    return a if k == 1 else Binary("div", Binary("add", a, const(k - 1)), const(k))
+
+
+def _add(a, b):
+    return Binary("add", a, b)
+
+
+def _int64(e):
+    return e if e.dtype == int64 else Cast(int64, e)
+
+
+def _run_end(j, k, n, levels: int, key_at, var):
+    """``(bindings, end)``: where the run of sorted keys equal to ``k`` that starts at ``j`` ends
+    (its last position plus one), found by one thread: probes ``j + 1, j + 2, j + 4, ...`` up to
+    the first other key, then a binary search between the last equal probe and that one.
+    ``levels`` bits hold the number of entries ``n``; ``key_at(ix)`` is the sorted key at
+    ``ix``. A probe or step that is not needed any more reads nothing (C's ``&&``); every index
+    stays in bounds either way, so the reference evaluator, which evaluates every operand, runs it too."""
+    bindings = []
+    hit, lo, hi = Const(True, bool_), j, n
+    last = Binary("sub", n, const(1))
+    for t in range(levels):
+        probe = _add(j, const(2**t))
+        same = Binary("and", Cmp("lt", probe, n), Cmp("eq", key_at(Binary("min", probe, last)), k))
+        h, lo2, hi2 = var("s_hit", bool_), var("s_lo"), var("s_hi")
+        bindings += [(h, Binary("and", hit, same)), (lo2, Select(h, probe, lo)),
+                     (hi2, Select(h, hi, Binary("min", hi, probe)))]
+        hit, lo, hi = h, lo2, hi2
+    for _ in range(levels):
+        open_ = Cmp("gt", Binary("sub", hi, lo), const(1))
+        mid, h, lo2, hi2 = var("s_mid"), var("s_in", bool_), var("s_lo"), var("s_hi")
+        bindings += [(mid, Binary("div", _add(lo, hi), const(2))), (h, Binary("and", open_, Cmp("eq", key_at(mid), k))),
+                     (lo2, Select(h, mid, lo)), (hi2, Select(Binary("or", h, Cmp("le", Binary("sub", hi, lo), const(1))), hi, mid))]
+        lo, hi = lo2, hi2
+    return tuple(bindings), hi
+
+
+def sort_update_nests(kernel: Kernel) -> Kernel:
+    """With ``deterministic=True``: every update nest with a float or complex reduction that the
+    ordered plan would run in long serial chains (where :func:`prefer_ordered` does not pick it)
+    runs sorted instead, as launches of its own (:func:`_sorted_plan`); the others are left to
+    :func:`order_update_nests_deterministic`. The result is bit-identical to the CPU's: every
+    target combines its updates in row-major order, starting from its value."""
+    stmts, temps, changed = [], list(kernel.temps), False
+    buffers, names = _buffer_names(kernel), _var_names(kernel)
+    for stmt in top_level(kernel.body):
+        plan = _sorted_plan(kernel, stmt, buffers, names)
+        if plan is None:
+            stmts.append(stmt)
+            continue
+        launches, scratch = plan
+        stmts += launches
+        temps += scratch
+        changed = True
+    if not changed:
+        return kernel
+    return replace(kernel, body=sequence(stmts), temps=tuple(temps))
+
+
+def _sorted_plan(kernel, stmt, buffers: set, names: set):
+    """The launches and scratch buffers that run update nest ``stmt`` sorted, or None where the
+    nest is not one to sort. ``buffers`` and ``names`` are the buffer and variable names taken.
+
+    The updates are *entries*: the iterations of the nest's loops, but for the loops whose
+    variable is a whole coordinate of the target and is used nowhere else in the target or the
+    conditions (the columns of a row scatter); those stay in parallel, on the last launch. An
+    entry's *key* is its target's flat position over the other axes, or the number of keys
+    (``T``) where no update happens (fill mode). A stable least-significant-digit radix sort
+    of the entries' row-major positions by key then leaves every target's updates together and
+    in row-major order:
+
+    1. keys: every entry's key, in parallel;
+    2. per pass, ``RADIX_BITS`` or fewer bits of the key at a time, with the entries cut into
+       chunks that one thread each walks in order: *count* the digits of each chunk; *prefix*
+       those counts over chunks, per digit, a group of chunks per thread (and add each group's
+       total to the digit's total, an integer atomic); *scan* the groups of each digit, starting
+       from the entries of the smaller digits; *scatter* each entry (key and position) to its
+       place, the entries of a digit in chunk order, so in the order they came in;
+    3. reduce: the first entry of each run of equal keys, for every value of the parallel
+       loops, finds where its run ends (:func:`_run_end`) and combines the updates of the run
+       into the target, in order, starting from the target's value, each update computed from
+       its position as the nest computes it.
+
+    Nothing but the digit totals uses atomics, and those are integer sums. With ``P`` passes
+    this is ``4 P + 2`` launches. The scratch grows with the number of entries ``N``, never
+    with the output: two keys and two positions per entry (one position where ``P == 1``),
+    ``N * radix / chunk`` digit counts (at most ``N`` rounded up to a chunk), a group sum per
+    digit and group of chunks (about ``sqrt`` of the digit counts), two numbers per digit.
+    Keys are int32 where the number of targets is static and below 2**31, positions and counts
+    where the number of entries is; else int64. ``P`` is ``ceil(bits / RADIX_BITS)`` for the
+    bits of ``T``; where ``T`` is symbolic, ``P`` covers ``SYMBOLIC_BITS`` and a pass whose
+    bits are all zero does nothing, the last launch reading what the last pass that ran wrote.
+    """
+    if _bound(stmt):
+        return None
+    reduces = [s for s in walk_stmt(stmt) if isinstance(s, Reduce)]
+    if not reduces or not any(_must_order(r, always_floats=True) for r in reduces):
+        return None
+    owns, serial, body, _ = _split_update_nest(kernel, stmt)
+    # No allowance for a large output: the sorted plan's scratch does not grow with it.
+    if prefer_ordered(_extent(owns), _extent(serial), output_size=0):
+        return None
+    found = _update_group(body)
+    if found is None:
+        return None
+    group, reduces = found
+    loops, _ = perfect_nest(stmt)
+    target = reduces[0]
+
+    # The parallel loops of the last launch: owning loops that nothing but their axis uses.
+    dummy = Buffer("__key", int64, (1,))
+    parallel = list(owns)
+    while True:
+        pvars = {l.var for l in parallel}
+        axes = [k for k, ix in enumerate(target.indices) if not (isinstance(ix, Var) and ix in pvars)]
+        key = flat_position([target.indices[k] for k in axes], [target.buffer.shape[k] for k in axes])
+        used = stmt_vars(_prune_lets(_replace_group(body, group, Store(dummy, (const(0),), key))))
+        kept = [l for l in parallel if l.var not in used]
+        if len(kept) == len(parallel):
+            break
+        parallel = kept
+    pvars = {l.var for l in parallel}
+    entry_loops = [l for l in loops if l.var not in pvars]
+    n = _product(_size(l.extent) for l in entry_loops)
+    t = _product(target.buffer.shape[k] for k in axes)
+    if isinstance(t, int) and t == 0:
+        return None  # no target: nothing to sort (every update is dropped or an index error)
+
+    kd = int32 if isinstance(t, int) and t <= 2**31 - 1 else int64  # keys: 0 .. t
+    nd = int32 if isinstance(n, int) and n <= 2**31 - 1 else int64  # positions and counts: 0 .. n
+    symbolic_keys, symbolic_entries = not isinstance(t, int), not isinstance(n, int)
+    bits = SYMBOLIC_BITS if symbolic_keys else max(1, t.bit_length())
+    passes = -(-bits // RADIX_BITS)
+    digit_bits = -(-bits // passes)
+    radix = 2**digit_bits
+    chunk = max(radix, 32)                     # entries per thread in count and scatter
+    chunks = _ceil_div(n, chunk)
+    per_group = max(1, math.isqrt(max(-(-size_estimate(n) // chunk) - 1, 0)) + 1)  # chunks per prefix thread
+    groups = _ceil_div(chunks, per_group)
+    n_e, t_e, chunks_e = as_expr(n), as_expr(t), as_expr(chunks)
+
+    base = target.buffer.name
+    buf = lambda what, dtype, shape: Buffer(_fresh_name(f"{base}__{what}", buffers), dtype, shape)  # noqa: E731
+    keys = [buf("keys", kd, (n,)), buf("keys", kd, (n,))]
+    both = passes > 1 or symbolic_keys
+    pos = [buf("pos", nd, (n,)) if both else None, buf("pos", nd, (n,))]
+    hist = buf("digits", nd, (chunks, radix))
+    gsum = buf("groups", nd, (groups, radix))
+    dtot = buf("digit_total", nd, (radix,))
+    dbase = buf("digit_base", nd, (radix,))
+    scratch = [b for b in keys + pos if b is not None] + [hist, gsum, dtot, dbase]
+
+    def var(name, dtype=int64):
+        return Var(_fresh_name(name, names), dtype)
+
+    def grid(pairs, body):
+        return build_nest([For(v, as_expr(x), None, GRID) for v, x in pairs], body)
+
+    zero, one = const(0, nd), const(1, nd)
+
+    # 1. keys
+    e = var("s_e")
+    sentinel = Cast(kd, t_e) if symbolic_keys else const(t, kd)
+    key_store = Store(keys[0], (e,), key if kd == int64 else Cast(kd, key))
+    dropped = any(isinstance(s, If) for s in walk_stmt(body))  # an update may be dropped (fill mode)
+    key_body = [Store(keys[0], (e,), sentinel)] if dropped else []
+    if symbolic_keys:  # read where no pass after the first runs (see sorted_binding)
+        key_body.append(Store(pos[0], (e,), Cast(nd, e) if nd != int64 else e))
+    key_body.append(_prune_lets(_replace_group(body, group, key_store)))
+    position = flat_position([l.var for l in entry_loops], [l.extent for l in entry_loops])
+    launches = [build_nest([replace(l, kind=GRID) for l in entry_loops], Let(((e, position),), Seq(tuple(key_body))))]
+
+    def needed(p):
+        """None where pass ``p`` always runs, else the condition that it has bits to sort."""
+        if not symbolic_keys or p == 0:
+            return None
+        return Cmp("ge", t_e, const(2**(digit_bits * p)))
+
+    def guarded(p, s):
+        cond = needed(p)
+        return s if cond is None else If(cond, s)
+
+    def digit(k, p):
+        x = _int64(k)
+        if p:
+            x = Binary("div", x, const(2**(digit_bits * p)))
+        return Binary("mod", x, const(radix))
+
+    # 2. the radix passes
+    for p in range(passes):
+        k_in, k_out = keys[p % 2], keys[(p + 1) % 2]
+        p_in, p_out = pos[p % 2], pos[(p + 1) % 2]
+        c, r, i, ee, k, dg = var("s_c"), var("s_r"), var("s_i"), var("s_e"), var("s_k", kd), var("s_d")
+        count = Seq((
+            For(r, as_expr(radix), Store(hist, (c, r), zero)),
+            If(Cmp("eq", c, const(0)), For(r, as_expr(radix), Store(dtot, (r,), zero))),
+            For(i, as_expr(chunk), Let(((ee, _add(Binary("mul", c, const(chunk)), i)),), If(
+                Cmp("lt", ee, n_e),
+                Let(((k, Load(k_in, (ee,))), (dg, digit(k, p))),
+                    Store(hist, (c, dg), _add(Load(hist, (c, dg)), one)))))),
+        ))
+        launches.append(grid([(c, chunks)], guarded(p, count)))
+
+        g, r, j, cc, h = var("s_g"), var("s_r"), var("s_j"), var("s_c"), var("s_h", nd)
+        running = Load(gsum, (g, r))
+        prefix = Seq((
+            Store(gsum, (g, r), zero),
+            For(j, as_expr(per_group), Let(((cc, _add(Binary("mul", g, const(per_group)), j)),), If(
+                Cmp("lt", cc, chunks_e),
+                Let(((h, Load(hist, (cc, r))),),
+                    Seq((Store(hist, (cc, r), running), Store(gsum, (g, r), _add(running, h)))))))),
+            Reduce(dtot, (r,), running, "add"),
+        ))
+        launches.append(grid([(g, groups), (r, radix)], guarded(p, prefix)))
+
+        r, q, g, v = var("s_r"), var("s_q"), var("s_g"), var("s_v", nd)
+        acc = Load(dbase, (r,))
+        scan = Seq((
+            Store(dbase, (r,), zero),
+            For(q, r, Store(dbase, (r,), _add(acc, Load(dtot, (q,))))),
+            For(g, as_expr(groups), Let(((v, Load(gsum, (g, r))),),
+                                        Seq((Store(gsum, (g, r), acc), Store(dbase, (r,), _add(acc, v)))))),
+        ))
+        launches.append(grid([(r, radix)], guarded(p, scan)))
+
+        c, i, ee, k, dg, slot = var("s_c"), var("s_i"), var("s_e"), var("s_k", kd), var("s_d"), var("s_slot")
+        place = _add(_int64(Load(gsum, (Binary("div", c, const(per_group)), dg))), _int64(Load(hist, (c, dg))))
+        moved = Load(p_in, (ee,)) if p else None
+        scatter = For(i, as_expr(chunk), Let(((ee, _add(Binary("mul", c, const(chunk)), i)),), If(
+            Cmp("lt", ee, n_e),
+            Let(((k, Load(k_in, (ee,))), (dg, digit(k, p)), (slot, place)),
+                Seq((Store(k_out, (slot,), k),
+                     Store(p_out, (slot,), moved if moved is not None else (Cast(nd, ee) if nd != int64 else ee)),
+                     Store(hist, (c, dg), _add(Load(hist, (c, dg)), one))))))))
+        launches.append(grid([(c, chunks)], guarded(p, scatter)))
+
+    # Where the sorted entries are: the buffers the last pass that ran wrote.
+    def sorted_binding():
+        if not symbolic_keys:
+            return (), (lambda b, ix: Load(b[passes % 2], (ix,)))
+        odd = var("s_odd", bool_)
+        ran = const(1)
+        for p in range(1, passes):
+            ran = _add(ran, Cast(int64, needed(p)))
+        binding = ((odd, Cmp("eq", Binary("mod", ran, const(2)), const(1))),)
+        return binding, (lambda b, ix: Select(odd, Load(b[1], (ix,)), Load(b[0], (ix,))))
+
+    # 3. reduce: the first entry of every run, for every value of the parallel loops
+    j, k, q, u = var("s_j"), var("s_k"), var("s_q"), var("s_u")
+    bound, at = sorted_binding()
+    first = Binary("or", Cmp("eq", j, const(0)),
+                   Cmp("ne", _int64(at(keys, Binary("max", Binary("sub", j, const(1)), const(0)))), k))
+    search, run_end = _run_end(j, k, n_e, SYMBOLIC_BITS if symbolic_entries else max(1, n.bit_length()),
+                               lambda ix: _int64(at(keys, ix)), var)
+    unflat = unflatten_position(u, [l.extent for l in entry_loops])
+    update = Let(((u, _int64(at(pos, _add(j, q)))),) + tuple((l.var, x) for l, x in zip(entry_loops, unflat)),
+                 map_stmt(body, None, _read_combine_write))
+    run = Let(search, For(q, Binary("sub", run_end, j), update))
+    reduce_body = Let(bound + ((k, _int64(at(keys, j))),), If(Binary("and", Cmp("lt", k, t_e), first), run))
+    launches.append(build_nest([For(j, n_e, None, GRID)] + [replace(l, kind=GRID) for l in parallel], reduce_body))
+    return launches, scratch
 
 
 # -- schedule_gpu ---------------------------------------------------------------------------------
