@@ -19,7 +19,7 @@ from cinnlite.ir.evaluate import evaluate
 from cinnlite.ir.loopnest import Reduce
 from cinnlite.ir.lower import lower_program
 from cinnlite.ir.passes import run_pipeline
-from cinnlite.ir.schedule_gpu import GRID, grid_chain
+from cinnlite.ir.schedule_gpu import grid_chain
 from cinnlite.ir.transform import top_level, walk_stmt
 from cinnlite.runtime import nvrtc
 
@@ -59,8 +59,10 @@ def values(rng, dtype, shape, reduce):
 
 def layouts_program(dtype, reduce, mode="wrap"):
     """Scatters along axes 0, 1 and the last, a 1-D scatter, rows of scatter_nd (index_add) and a
-    1-D scatter_nd: every update nest serial-heavy (long chains) in its ordered plan."""
-    b = NetBuilder(f"layouts_{reduce}")
+    1-D scatter_nd: every update nest serial-heavy (long chains) in its ordered plan. ``reduce``
+    may be a tuple: the six scatters for each."""
+    reduces = reduce if isinstance(reduce, tuple) else (reduce,)
+    b = NetBuilder(f"layouts_{'_'.join(reduces)}")
     x0 = b.create_input(dtype, (9, 6), "x0")
     i0 = b.create_input("int64", (200, 6), "i0")
     u0 = b.create_input(dtype, (200, 6), "u0")
@@ -79,19 +81,24 @@ def layouts_program(dtype, reduce, mode="wrap"):
     x5 = b.create_input(dtype, (40,), "x5")
     t5 = b.create_input("int32", (500, 1), "t5")
     v5 = b.create_input(dtype, (500,), "v5")
-    outs = [b.scatter(x0, i0, u0, axis=0, reduce=reduce, mode=mode),
-            b.scatter(x1, i1, u1, axis=1, reduce=reduce, mode=mode),
-            b.scatter(x2, i2, u2, axis=-1, reduce=reduce, mode=mode),
-            b.scatter(x3, i3, u3, axis=0, reduce=reduce, mode=mode),
-            b.scatter_nd(x4, t4, v4, reduce=reduce, mode=mode),
-            b.scatter_nd(x5, t5, v5, reduce=reduce, mode=mode)]
+    outs = []
+    for r in reduces:
+        outs += [b.scatter(x0, i0, u0, axis=0, reduce=r, mode=mode),
+                 b.scatter(x1, i1, u1, axis=1, reduce=r, mode=mode),
+                 b.scatter(x2, i2, u2, axis=-1, reduce=r, mode=mode),
+                 b.scatter(x3, i3, u3, axis=0, reduce=r, mode=mode),
+                 b.scatter_nd(x4, t4, v4, reduce=r, mode=mode),
+                 b.scatter_nd(x5, t5, v5, reduce=r, mode=mode)]
     return b.build(outs)
 
 
 def layouts_feeds(dtype, reduce, seed=0, spread=2):
     """Indices from ``-spread * size`` to ``spread * size``: in and out of range, duplicates."""
     rng = np.random.default_rng(seed)
-    ix = lambda size, shape, dt="int64": rng.integers(-spread * size, spread * size, shape).astype(dt)  # noqa: E731
+
+    def ix(size, shape, dt="int64"):
+        return rng.integers(-spread * size, spread * size, shape).astype(dt)
+
     f = dict(x0=values(rng, dtype, (9, 6), reduce), i0=ix(9, (200, 6)), u0=values(rng, dtype, (200, 6), reduce),
              x1=values(rng, dtype, (6, 9), reduce), i1=ix(9, (6, 200), "int32"),
              u1=values(rng, dtype, (6, 200), reduce),
@@ -130,20 +137,7 @@ def test_every_layout_matches_the_cpu_bit_for_bit(dtype, reduce):
 @pytest.mark.parametrize("reduce", ["add", "mul"])
 @pytest.mark.parametrize("dtype", ["complex64", "complex128"])
 def test_complex_reductions_match_the_cpu_bit_for_bit(dtype, reduce):
-    b = NetBuilder("complex")
-    x = b.create_input(dtype, (7, 5), "x")
-    i = b.create_input("int64", (300, 5), "i")
-    u = b.create_input(dtype, (300, 5), "u")
-    y = b.create_input(dtype, (30,), "y")
-    t = b.create_input("int64", (400, 1), "t")
-    v = b.create_input(dtype, (400,), "v")
-    prog = b.build([b.scatter(x, i, u, axis=0, reduce=reduce, mode="wrap"),
-                    b.scatter_nd(y, t, v, reduce=reduce, mode="wrap")])
-    rng = np.random.default_rng(4)
-    feeds = dict(x=values(rng, dtype, (7, 5), reduce), i=rng.integers(-9, 9, (300, 5)),
-                 u=values(rng, dtype, (300, 5), reduce), y=values(rng, dtype, (30,), reduce),
-                 t=rng.integers(-40, 40, (400, 1)), v=values(rng, dtype, (400,), reduce))
-    exe = assert_cpu_bits(prog, feeds)
+    exe = assert_cpu_bits(layouts_program(dtype, reduce), layouts_feeds(dtype, reduce, seed=4))
     assert "cl_atomic_add_c" not in exe.source("cuda")
 
 
@@ -300,11 +294,11 @@ def test_symbolic_sizes_match_the_cpu_bit_for_bit():
 
 
 def test_symbolic_scratch_is_sized_by_the_call():
-    (scatter, scatter_nd) = gpu_kernels(symbolic_program())
+    scatter, _ = gpu_kernels(symbolic_program())
     keys = [b for b in scatter.temps if "__keys" in b.name]
     assert len(keys) == 2 and all(b.dtype.name == "int64" and not b.is_static for b in keys)
     # the radix passes cover 40 bits of key; those a call does not need do nothing
-    assert len(top_level(scatter.body)) == 1 + 1 + 4 * 5 + 1
+    assert len(top_level(scatter.body)) == 1 + 2 + 3 * 5 + 1
 
 
 # -- the plan -------------------------------------------------------------------------------------
@@ -323,14 +317,13 @@ def extents(launch):
 def test_long_chains_are_sorted_in_parallel_launches(size, passes, bits):
     (kernel,) = gpu_kernels(one_d_program("float32", 5000, size))
     launches = update_launches(kernel)
-    assert len(launches) == 4 * passes + 2  # keys, 4 per pass, reduce
-    keys = extents(launches[0])
-    assert keys == [5000]  # one thread per update: the ordered plan had a single one
+    assert len(launches) == 3 * passes + 3  # zero, keys, 3 per pass, reduce
+    assert extents(launches[1]) == [5000]  # keys: a thread per update (the ordered plan had a single one)
     assert all(extents(l) != [1] for l in launches)
     radix = 2**bits
     digits = next(b for b in kernel.temps if b.name.endswith("__digits"))
     assert digits.shape == (-(-5000 // max(radix, 32)), radix)
-    # no float atomics: the only Reduce is the integer sum of the digit totals
+    # no float atomics: the only Reduces count digits
     reduces = [s for s in walk_stmt(kernel.body) if isinstance(s, Reduce)]
     assert reduces and all(r.buffer.dtype.name == "int32" for r in reduces)
     assert all(b.dtype.name == "int32" for b in kernel.temps)
@@ -346,10 +339,10 @@ def test_rows_of_index_add_sort_rows_and_reduce_every_column_in_parallel():
     b.scatter_nd(x, t, v, reduce="add", mode="clip")
     (kernel,) = gpu_kernels(b.build())
     launches = update_launches(kernel)
-    assert len(launches) == 4 * 1 + 2
+    assert len(launches) == 3 * 1 + 3
     keys = next(b for b in kernel.temps if b.name.endswith("__keys"))
     assert keys.shape == (3000,)  # one key per row, not per element
-    assert extents(launches[0]) == [3000]
+    assert extents(launches[1]) == [3000]
     assert extents(launches[-1]) == [3000, 64]  # the first row of each run, every column
 
 
@@ -379,7 +372,7 @@ def test_a_huge_output_gets_int64_keys_and_five_passes():
     keys = [t for t in kernel.temps if "__keys" in t.name]
     pos = [t for t in kernel.temps if "__pos" in t.name]
     assert [k.dtype.name for k in keys] == ["int64"] * 2 and [p.dtype.name for p in pos] == ["int32"] * 2
-    assert len(update_launches(kernel)) == 4 * 5 + 2  # 33 bits: 5 passes of 7
+    assert len(update_launches(kernel)) == 3 * 5 + 3  # 33 bits: 5 passes of 7
 
 
 def test_the_loop_nests_compute_the_cpu_results_in_the_reference_evaluator():
@@ -402,19 +395,8 @@ def test_the_loop_nests_compute_the_cpu_results_in_the_reference_evaluator():
 def test_nvrtc_compiles_the_sorted_plan(dtype):
     from test_cuda_nvrtc import assert_compiles
 
-    reduces = ["add", "mul", "mean"] + ([] if dtype.startswith("complex") else ["max", "min"])
-    b = NetBuilder(f"sorted_{dtype}")
-    x = b.create_input(dtype, (13, 8), "x")
-    t = b.create_input("int64", (300, 1), "t")
-    v = b.create_input(dtype, (300, 8), "v")
-    y = b.create_input(dtype, (9, 6), "y")
-    i = b.create_input("int64", (200, 6), "i")
-    u = b.create_input(dtype, (200, 6), "u")
-    outs = []
-    for reduce in reduces:
-        outs.append(b.scatter_nd(x, t, v, reduce=reduce, mode="raise"))
-        outs.append(b.scatter(y, i, u, axis=0, reduce=reduce, mode="fill"))
-    exe = cl.compile(b.build(outs), target="cuda", deterministic=True)
+    reduces = ("add", "mul", "mean") + (() if dtype.startswith("complex") else ("max", "min"))
+    exe = cl.compile(layouts_program(dtype, reduces, "fill"), target="cuda", deterministic=True)
     assert "__digits" in exe.source("cuda")
     assert_compiles(exe)
 

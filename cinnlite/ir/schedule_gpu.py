@@ -4,15 +4,19 @@ After these passes every top-level statement of a kernel is one GPU launch: a ch
 of kind ``gpu.grid`` (collapsed by the CUDA renderer into one flat, 64-bit, grid-stride loop over
 blocks x threads) around a body that may hold serial loops. On the GPU a :class:`Reduce` is an
 atomic read-combine-write and a :class:`Store` a plain one. A scatter's update nest runs one of
-three ways:
+four ways:
 
 - **ordered** (:func:`order_update_nests`): a loop variable that is a whole coordinate of every
   target separates the targets (two updates with different values of it never touch one
   element), so those loops run in parallel and the others serially inside each thread, in
   row-major order, exactly as on the CPU: no atomics, no scratch buffer, deterministic, and the
   last update wins. Chosen when each thread's serial chain is short, always for a complex
-  ``mul`` (no atomic can multiply both parts at once), and always for float and complex
-  reductions with ``deterministic=True``.
+  ``mul`` (no atomic can multiply both parts at once), and with ``deterministic=True`` for the
+  float and complex reductions that do not run sorted.
+- **sorted** (:func:`sort_update_nests`), with ``deterministic=True``, for float and complex
+  reductions whose ordered chains would be long: a stable radix sort of the updates' positions
+  by target, then one thread per target combining its run of updates in row-major order, as the
+  CPU does. Scratch buffers grow with the number of updates; the only atomics count digits.
 - **winner** (:func:`scatter_last_write_wins`), for ``reduce="none"`` otherwise: every target
   element gets a winner, the largest row-major position of the updates that hit it (an atomic
   max over all updates in parallel), and then only the winner writes.
@@ -23,10 +27,12 @@ three ways:
 
 Symbolic sizes (``cinnlite.ir.symbolic``): a loop extent or a buffer size may be an int64
 expression over the symbol buffers, known only per call. The passes never need its value: a
-winner buffer is int64 whenever the update count is symbolic, launches merge when their grid
-extents are the same expressions, and the cost decisions (:func:`prefer_ordered`) count every
-symbol as ``SYMBOLIC_SIZE_ESTIMATE`` (2**20; so ``64*E`` counts as 2**26): large, since a size
-left open is usually one that grows with the data.
+winner buffer is int64 whenever the update count is symbolic, the sorted plan's scratch is
+sized by such expressions and its radix passes cover ``SYMBOLIC_BITS`` of key (those a call's
+keys do not need do nothing), launches merge when their grid extents are the same expressions,
+and the cost decisions (:func:`prefer_ordered`) count every symbol as ``SYMBOLIC_SIZE_ESTIMATE``
+(2**20; so ``64*E`` counts as 2**26): large, since a size left open is usually one that grows
+with the data.
 
 ``GPU_PIPELINE`` and ``GPU_PIPELINE_DETERMINISTIC`` in ``cinnlite/backends/gpu.py`` list the
 passes, as ``CPU_PIPELINE`` in ``cinnlite/backends/cpu.py`` does for the CPU; the CPU's
@@ -252,10 +258,11 @@ def order_update_nests(kernel: Kernel) -> Kernel:
 
 
 def order_update_nests_deterministic(kernel: Kernel) -> Kernel:
-    """:func:`order_update_nests`, and every nest with a float or complex reduction ordered too,
-    so that such results are bit-identical from run to run (and equal to the CPU's). A nest where no
-    loop separates the targets then runs on one thread. Integer reductions may stay atomic:
-    wrap-around add and mul, max and min give the same bits in any order."""
+    """:func:`order_update_nests`, and every nest with a float or complex reduction that
+    :func:`sort_update_nests` left ordered too, so that such results are bit-identical from run
+    to run (and equal to the CPU's). Integer reductions may stay atomic: wrap-around add and
+    mul, max and min give the same bits in any order. Float max and min do not (the signs of
+    zeros, the payloads of NaNs), so they are ordered or sorted as sums are."""
     return _order_nests(kernel, always_floats=True)
 
 
@@ -294,6 +301,15 @@ def _replace_group(body, group, new):
     if isinstance(body, Let):
         return Let(body.bindings, _replace_group(body.body, group, new))
     return If(body.cond, _replace_group(body.then, group, new))
+
+
+def _without_ifs(body):
+    """``body`` (see :func:`_update_group`) without its If wrappers."""
+    if isinstance(body, Let):
+        return Let(body.bindings, _without_ifs(body.body))
+    if isinstance(body, If):
+        return _without_ifs(body.then)
+    return body
 
 
 def _prune_lets(stmt):
@@ -367,10 +383,11 @@ def _run_end(j, k, n, levels: int, key_at, var):
                      (hi2, Select(h, hi, Binary("min", hi, probe)))]
         hit, lo, hi = h, lo2, hi2
     for _ in range(levels):
-        open_ = Cmp("gt", Binary("sub", hi, lo), const(1))
+        width = Binary("sub", hi, lo)
         mid, h, lo2, hi2 = var("s_mid"), var("s_in", bool_), var("s_lo"), var("s_hi")
-        bindings += [(mid, Binary("div", _add(lo, hi), const(2))), (h, Binary("and", open_, Cmp("eq", key_at(mid), k))),
-                     (lo2, Select(h, mid, lo)), (hi2, Select(Binary("or", h, Cmp("le", Binary("sub", hi, lo), const(1))), hi, mid))]
+        bindings += [(mid, Binary("div", _add(lo, hi), const(2))),
+                     (h, Binary("and", Cmp("gt", width, const(1)), Cmp("eq", key_at(mid), k))),
+                     (lo2, Select(h, mid, lo)), (hi2, Select(Binary("or", h, Cmp("le", width, const(1))), hi, mid))]
         lo, hi = lo2, hi2
     return tuple(bindings), hi
 
@@ -409,23 +426,27 @@ def _sorted_plan(kernel, stmt, buffers: set, names: set):
     of the entries' row-major positions by key then leaves every target's updates together and
     in row-major order:
 
-    1. keys: every entry's key, in parallel;
-    2. per pass, ``RADIX_BITS`` or fewer bits of the key at a time, with the entries cut into
-       chunks that one thread each walks in order: *count* the digits of each chunk; *prefix*
-       those counts over chunks, per digit, a group of chunks per thread (and add each group's
-       total to the digit's total, an integer atomic); *scan* the groups of each digit, starting
-       from the entries of the smaller digits; *scatter* each entry (key and position) to its
-       place, the entries of a digit in chunk order, so in the order they came in;
+    1. zero: the digit counts of the first two passes, and the digit totals;
+    2. keys: every entry's key, in parallel, counted in its chunk's digits of the first pass
+       (the entries cut into chunks of ``chunk``); then per pass, ``RADIX_BITS`` or fewer bits
+       of the key at a time: *prefix* the counts over chunks, per digit, a group of chunks per
+       thread (adding each group's total to the digit's total); *scan* the groups of each digit,
+       starting from the entries of the smaller digits; *scatter*, a thread walking each chunk
+       in order, every entry (key and position) to its place, the entries of a digit in chunk
+       order, so in the order they came in, and count it in its new chunk's digits of the next
+       pass;
     3. reduce: the first entry of each run of equal keys, for every value of the parallel
        loops, finds where its run ends (:func:`_run_end`) and combines the updates of the run
        into the target, in order, starting from the target's value, each update computed from
        its position as the nest computes it.
 
-    Nothing but the digit totals uses atomics, and those are integer sums. With ``P`` passes
-    this is ``4 P + 2`` launches. The scratch grows with the number of entries ``N``, never
-    with the output: two keys and two positions per entry (one position where ``P == 1``),
-    ``N * radix / chunk`` digit counts (at most ``N`` rounded up to a chunk), a group sum per
-    digit and group of chunks (about ``sqrt`` of the digit counts), two numbers per digit.
+    The only atomics count digits and sum digit totals: integer sums, whose result no order
+    changes. With ``P`` passes this is ``3 P + 3`` launches. The scratch grows with the number
+    of entries ``N``, never with the output: two keys and two positions per entry (one position
+    where ``P == 1``), two sets (one where ``P == 1``) of ``ceil(N / chunk) * radix`` digit
+    counts (``chunk`` is the radix, at least 32: at most ``N`` rounded up to a chunk), a group
+    sum per digit and group of chunks (about ``sqrt(chunks) / 4`` chunks a group), two numbers
+    per digit.
     Keys are int32 where the number of targets is static and below 2**31, positions and counts
     where the number of entries is; else int64. ``P`` is ``ceil(bits / RADIX_BITS)`` for the
     bits of ``T``; where ``T`` is symbolic, ``P`` covers ``SYMBOLIC_BITS`` and a pass whose
@@ -473,22 +494,27 @@ def _sorted_plan(kernel, stmt, buffers: set, names: set):
     passes = -(-bits // RADIX_BITS)
     digit_bits = -(-bits // passes)
     radix = 2**digit_bits
-    chunk = max(radix, 32)                     # entries per thread in count and scatter
+    chunk = max(radix, 32)                     # entries a scatter thread walks
     chunks = _ceil_div(n, chunk)
-    per_group = max(1, math.isqrt(max(-(-size_estimate(n) // chunk) - 1, 0)) + 1)  # chunks per prefix thread
+    # Chunks per prefix thread: sqrt(chunks) / 4 (a scan thread per digit walks the groups, and
+    # steps there cost a fraction of those of the prefix threads, which read scattered counts).
+    per_group = max(1, -(-(math.isqrt(-(-size_estimate(n) // chunk)) + 1) // 4))
     groups = _ceil_div(chunks, per_group)
     n_e, t_e, chunks_e = as_expr(n), as_expr(t), as_expr(chunks)
 
     base = target.buffer.name
-    buf = lambda what, dtype, shape: Buffer(_fresh_name(f"{base}__{what}", buffers), dtype, shape)  # noqa: E731
+
+    def buf(what, dtype, shape):
+        return Buffer(_fresh_name(f"{base}__{what}", buffers), dtype, shape)
+
     keys = [buf("keys", kd, (n,)), buf("keys", kd, (n,))]
     both = passes > 1 or symbolic_keys
     pos = [buf("pos", nd, (n,)) if both else None, buf("pos", nd, (n,))]
-    hist = buf("digits", nd, (chunks, radix))
+    hists = [buf("digits", nd, (chunks, radix)) for _ in range(min(passes, 2))]
     gsum = buf("groups", nd, (groups, radix))
     dtot = buf("digit_total", nd, (radix,))
     dbase = buf("digit_base", nd, (radix,))
-    scratch = [b for b in keys + pos if b is not None] + [hist, gsum, dtot, dbase]
+    scratch = [b for b in keys + pos if b is not None] + hists + [gsum, dtot, dbase]
 
     def var(name, dtype=int64):
         return Var(_fresh_name(name, names), dtype)
@@ -497,18 +523,6 @@ def _sorted_plan(kernel, stmt, buffers: set, names: set):
         return build_nest([For(v, as_expr(x), None, GRID) for v, x in pairs], body)
 
     zero, one = const(0, nd), const(1, nd)
-
-    # 1. keys
-    e = var("s_e")
-    sentinel = Cast(kd, t_e) if symbolic_keys else const(t, kd)
-    key_store = Store(keys[0], (e,), key if kd == int64 else Cast(kd, key))
-    dropped = any(isinstance(s, If) for s in walk_stmt(body))  # an update may be dropped (fill mode)
-    key_body = [Store(keys[0], (e,), sentinel)] if dropped else []
-    if symbolic_keys:  # read where no pass after the first runs (see sorted_binding)
-        key_body.append(Store(pos[0], (e,), Cast(nd, e) if nd != int64 else e))
-    key_body.append(_prune_lets(_replace_group(body, group, key_store)))
-    position = flat_position([l.var for l in entry_loops], [l.extent for l in entry_loops])
-    launches = [build_nest([replace(l, kind=GRID) for l in entry_loops], Let(((e, position),), Seq(tuple(key_body))))]
 
     def needed(p):
         """None where pass ``p`` always runs, else the condition that it has bits to sort."""
@@ -526,29 +540,43 @@ def _sorted_plan(kernel, stmt, buffers: set, names: set):
             x = Binary("div", x, const(2**(digit_bits * p)))
         return Binary("mod", x, const(radix))
 
-    # 2. the radix passes
+    def count(hist, e, k, p):
+        """Count entry ``e`` (sorted position), of key ``k``, in its chunk's digits of pass ``p``."""
+        return Reduce(hist, (Binary("div", e, const(chunk)), digit(k, p)), one, "add")
+
+    # 1. zero the first passes' digit counts and totals
+    c, r = var("s_c"), var("s_r")
+    zeros = [Store(h, (c, r), zero) for h in hists[:passes]] + [If(Cmp("eq", c, const(0)), Store(dtot, (r,), zero))]
+    launches = [grid([(c, chunks), (r, radix)], Seq(tuple(zeros)))]
+
+    # 2. keys, counted for the first pass
+    e = var("s_e")
+    sentinel = Cast(kd, t_e) if symbolic_keys else const(t, kd)
+    key_store = Store(keys[0], (e,), key if kd == int64 else Cast(kd, key))
+    dropped = any(isinstance(s, If) for s in walk_stmt(body))  # an update may be dropped (fill mode)
+    key_body = [Store(keys[0], (e,), sentinel)] if dropped else []
+    if symbolic_keys:  # read where no pass after the first runs (see sorted_binding)
+        key_body.append(Store(pos[0], (e,), Cast(nd, e) if nd != int64 else e))
+    key_body += [_prune_lets(_replace_group(body, group, key_store)), count(hists[0], e, Load(keys[0], (e,)), 0)]
+    position = flat_position([l.var for l in entry_loops], [l.extent for l in entry_loops])
+    launches.append(build_nest([replace(l, kind=GRID) for l in entry_loops],
+                               Let(((e, position),), Seq(tuple(key_body)))))
+
+    # 3. the radix passes
     for p in range(passes):
         k_in, k_out = keys[p % 2], keys[(p + 1) % 2]
         p_in, p_out = pos[p % 2], pos[(p + 1) % 2]
-        c, r, i, ee, k, dg = var("s_c"), var("s_r"), var("s_i"), var("s_e"), var("s_k", kd), var("s_d")
-        count = Seq((
-            For(r, as_expr(radix), Store(hist, (c, r), zero)),
-            If(Cmp("eq", c, const(0)), For(r, as_expr(radix), Store(dtot, (r,), zero))),
-            For(i, as_expr(chunk), Let(((ee, _add(Binary("mul", c, const(chunk)), i)),), If(
-                Cmp("lt", ee, n_e),
-                Let(((k, Load(k_in, (ee,))), (dg, digit(k, p))),
-                    Store(hist, (c, dg), _add(Load(hist, (c, dg)), one)))))),
-        ))
-        launches.append(grid([(c, chunks)], guarded(p, count)))
+        hist, following = hists[p % 2], (hists[(p + 1) % 2] if p + 1 < passes else None)
 
         g, r, j, cc, h = var("s_g"), var("s_r"), var("s_j"), var("s_c"), var("s_h", nd)
         running = Load(gsum, (g, r))
+        steps = [Store(hist, (cc, r), running), Store(gsum, (g, r), _add(running, h))]
+        if following is not None and p > 0:  # free since the last scatter: counts for the next pass
+            steps.append(Store(following, (cc, r), zero))
         prefix = Seq((
             Store(gsum, (g, r), zero),
             For(j, as_expr(per_group), Let(((cc, _add(Binary("mul", g, const(per_group)), j)),), If(
-                Cmp("lt", cc, chunks_e),
-                Let(((h, Load(hist, (cc, r))),),
-                    Seq((Store(hist, (cc, r), running), Store(gsum, (g, r), _add(running, h)))))))),
+                Cmp("lt", cc, chunks_e), Let(((h, Load(hist, (cc, r))),), Seq(tuple(steps)))))),
             Reduce(dtot, (r,), running, "add"),
         ))
         launches.append(grid([(g, groups), (r, radix)], guarded(p, prefix)))
@@ -565,13 +593,16 @@ def _sorted_plan(kernel, stmt, buffers: set, names: set):
 
         c, i, ee, k, dg, slot = var("s_c"), var("s_i"), var("s_e"), var("s_k", kd), var("s_d"), var("s_slot")
         place = _add(_int64(Load(gsum, (Binary("div", c, const(per_group)), dg))), _int64(Load(hist, (c, dg))))
-        moved = Load(p_in, (ee,)) if p else None
-        scatter = For(i, as_expr(chunk), Let(((ee, _add(Binary("mul", c, const(chunk)), i)),), If(
-            Cmp("lt", ee, n_e),
-            Let(((k, Load(k_in, (ee,))), (dg, digit(k, p)), (slot, place)),
-                Seq((Store(k_out, (slot,), k),
-                     Store(p_out, (slot,), moved if moved is not None else (Cast(nd, ee) if nd != int64 else ee)),
-                     Store(hist, (c, dg), _add(Load(hist, (c, dg)), one))))))))
+        moved = Load(p_in, (ee,)) if p else (Cast(nd, ee) if nd != int64 else ee)
+        steps = [Store(k_out, (slot,), k), Store(p_out, (slot,), moved),
+                 Store(hist, (c, dg), _add(Load(hist, (c, dg)), one))]
+        scatter = []
+        if following is not None:  # count for the next pass, and zero its digit totals
+            steps.append(count(following, slot, k, p + 1))
+            scatter.append(If(Cmp("eq", c, const(0)), For(r, as_expr(radix), Store(dtot, (r,), zero))))
+        scatter.append(For(i, as_expr(chunk), Let(((ee, _add(Binary("mul", c, const(chunk)), i)),), If(
+            Cmp("lt", ee, n_e), Let(((k, Load(k_in, (ee,))), (dg, digit(k, p)), (slot, place)), Seq(tuple(steps)))))))
+        scatter = sequence(scatter)
         launches.append(grid([(c, chunks)], guarded(p, scatter)))
 
     # Where the sorted entries are: the buffers the last pass that ran wrote.
@@ -592,10 +623,21 @@ def _sorted_plan(kernel, stmt, buffers: set, names: set):
                    Cmp("ne", _int64(at(keys, Binary("max", Binary("sub", j, const(1)), const(0)))), k))
     search, run_end = _run_end(j, k, n_e, SYMBOLIC_BITS if symbolic_entries else max(1, n.bit_length()),
                                lambda ix: _int64(at(keys, ix)), var)
+    # The target is the key's (and the parallel loops'): the same element all along the run, so
+    # the compiler may keep it in a register; the conditions held when the key was made.
+    where = [var("s_t") for _ in axes]
+    at_target = dict(zip(axes, where))
+
+    def combine(r):
+        ix = tuple(at_target.get(a, x) for a, x in enumerate(r.indices))
+        return Store(r.buffer, ix, Binary(r.combine, Load(r.buffer, ix), r.value))
+
+    values = _prune_lets(_without_ifs(_replace_group(body, group, sequence(combine(r) for r in reduces))))
     unflat = unflatten_position(u, [l.extent for l in entry_loops])
     update = Let(((u, _int64(at(pos, _add(j, q)))),) + tuple((l.var, x) for l, x in zip(entry_loops, unflat)),
-                 map_stmt(body, None, _read_combine_write))
-    run = Let(search, For(q, Binary("sub", run_end, j), update))
+                 values)
+    target_at = tuple(zip(where, unflatten_position(k, [target.buffer.shape[a] for a in axes])))
+    run = Let(search + target_at, For(q, Binary("sub", run_end, j), update))
     reduce_body = Let(bound + ((k, _int64(at(keys, j))),), If(Binary("and", Cmp("lt", k, t_e), first), run))
     launches.append(build_nest([For(j, n_e, None, GRID)] + [replace(l, kind=GRID) for l in parallel], reduce_body))
     return launches, scratch
