@@ -203,19 +203,32 @@ def test_a_huge_update_space_gets_an_int64_winner():
     assert winner.dtype.name == "int64"
 
 
-def test_deterministic_float_reductions_run_each_element_serially_in_row_major_order():
-    (kernel,) = gpu_kernels(scatter_program("add"), deterministic=True)
+def test_deterministic_float_reductions_run_short_chains_serially_in_row_major_order():
+    (kernel,) = gpu_kernels(scatter_program("add", ishape=(16, 4)), deterministic=True)
     launches = top_level(kernel.body)
     update = launches[-1]
     grid, body = grid_chain(update)
     # The column variable separates targets: it is the grid; the row loop runs inside, serially.
     assert len(grid) == 1 and grid[0].extent.value == 4
     inner = [s for s in walk_stmt(body) if isinstance(s, For)]
-    assert len(inner) == 1 and inner[0].kind == "serial" and inner[0].extent.value == 40
+    assert len(inner) == 1 and inner[0].kind == "serial" and inner[0].extent.value == 16
     assert not any(isinstance(s, Reduce) for s in walk_stmt(update))
     # Without deterministic=True the same nest is atomic.
     (kernel,) = gpu_kernels(scatter_program("add"))
     assert any(isinstance(s, Reduce) and s.combine == "add" for s in walk_stmt(kernel.body))
+
+
+def test_deterministic_float_reductions_sort_long_chains_by_target():
+    (kernel,) = gpu_kernels(scatter_program("add"), deterministic=True)  # chains of 40 rows
+    launches = top_level(kernel.body)
+    assert len(launches) > 3
+    # The last launch combines runs of updates: one work item per update (40 x 4), no serial loop
+    # of 40 and no float atomic anywhere.
+    grid, body = grid_chain(launches[-1])
+    assert [l.extent.value for l in grid] == [160]
+    assert not any(isinstance(s, For) and s.kind == "serial" and getattr(s.extent, "value", 0) == 40
+                   for s in walk_stmt(kernel.body))
+    assert not any(isinstance(s, Reduce) and s.buffer.dtype.is_float for s in walk_stmt(kernel.body))
 
 
 def test_deterministic_integer_reductions_stay_atomic():
@@ -223,7 +236,7 @@ def test_deterministic_integer_reductions_stay_atomic():
     assert any(isinstance(s, Reduce) and s.combine == "add" for s in walk_stmt(kernel.body))
 
 
-def test_deterministic_reduction_without_a_separating_loop_runs_on_one_thread():
+def test_deterministic_reduction_without_a_separating_loop_is_sorted_not_serial():
     b = NetBuilder("nd")
     x = b.create_input("float32", (5,), "x")
     i = b.create_input("int64", (70, 1), "i")
@@ -231,7 +244,7 @@ def test_deterministic_reduction_without_a_separating_loop_runs_on_one_thread():
     b.scatter_nd(x, i, u, reduce="add", mode="wrap")
     (kernel,) = gpu_kernels(b.build(), deterministic=True)
     grid, body = grid_chain(top_level(kernel.body)[-1])
-    assert [l.extent.value for l in grid] == [1]
+    assert [l.extent.value for l in grid] == [70]  # every update a work item, not one thread
     assert "cl_atomic_add_f32" in cl.compile(b.build(), target="cuda").source("cuda")
     src = cl.compile(b.build(), target="cuda", deterministic=True).source("cuda")
     assert "cl_atomic_add_f32" not in src and "deterministic reductions" in src

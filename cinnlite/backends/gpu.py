@@ -9,7 +9,7 @@ import functools
 from ..codegen.cuda import CUDARenderer, CudaModule
 from ..ir.passes import remove_unit_loops, simplify, verify
 from ..ir.schedule_gpu import (fuse_independent_launches, order_update_nests, order_update_nests_deterministic,
-                               scatter_last_write_wins, schedule_gpu, verify_gpu)
+                               scatter_last_write_wins, schedule_gpu, sort_update_nests, verify_gpu)
 from ..runtime.cache import compiler_source_digest
 from ..runtime.cuda_base import module_fields, module_from_fields
 from .base import Backend, Compilation, CompileOptions
@@ -18,10 +18,11 @@ from .base import Backend, Compilation, CompileOptions
 #: The GPU targets' passes, in order (see ``cinnlite/ir/schedule_gpu.py``).
 GPU_PIPELINE = (remove_unit_loops, simplify, verify, order_update_nests, scatter_last_write_wins, simplify,
                 schedule_gpu, fuse_independent_launches, verify_gpu)
-#: With ``deterministic=True``: every update nest with a float reduction runs ordered.
-GPU_PIPELINE_DETERMINISTIC = (remove_unit_loops, simplify, verify, order_update_nests_deterministic,
-                              scatter_last_write_wins, simplify, schedule_gpu, fuse_independent_launches,
-                              verify_gpu)
+#: With ``deterministic=True``: every update nest with a float or complex reduction runs sorted
+#: (long serial chains) or ordered (short ones).
+GPU_PIPELINE_DETERMINISTIC = (remove_unit_loops, simplify, verify, sort_update_nests,
+                              order_update_nests_deterministic, scatter_last_write_wins, simplify, schedule_gpu,
+                              fuse_independent_launches, verify_gpu)
 
 
 @functools.lru_cache(maxsize=1)

@@ -4,15 +4,19 @@ After these passes every top-level statement of a kernel is one GPU launch: a ch
 of kind ``gpu.grid`` (collapsed by the CUDA renderer into one flat, 64-bit, grid-stride loop over
 blocks x threads) around a body that may hold serial loops. On the GPU a :class:`Reduce` is an
 atomic read-combine-write and a :class:`Store` a plain one. A scatter's update nest runs one of
-three ways:
+four ways:
 
 - **ordered** (:func:`order_update_nests`): a loop variable that is a whole coordinate of every
   target separates the targets (two updates with different values of it never touch one
   element), so those loops run in parallel and the others serially inside each thread, in
   row-major order, exactly as on the CPU: no atomics, no scratch buffer, deterministic, and the
   last update wins. Chosen when each thread's serial chain is short, always for a complex
-  ``mul`` (no atomic can multiply both parts at once), and always for float and complex
-  reductions with ``deterministic=True``.
+  ``mul`` (no atomic can multiply both parts at once), and with ``deterministic=True`` for the
+  float and complex reductions that do not run sorted.
+- **sorted** (:func:`sort_update_nests`), with ``deterministic=True``, for float and complex
+  reductions whose ordered chains would be long: a stable radix sort of the updates' positions
+  by target, then one thread per target combining its run of updates in row-major order, as the
+  CPU does. Scratch buffers grow with the number of updates; the only atomics count digits.
 - **winner** (:func:`scatter_last_write_wins`), for ``reduce="none"`` otherwise: every target
   element gets a winner, the largest row-major position of the updates that hit it (an atomic
   max over all updates in parallel), and then only the winner writes.
@@ -23,10 +27,12 @@ three ways:
 
 Symbolic sizes (``cinnlite.ir.symbolic``): a loop extent or a buffer size may be an int64
 expression over the symbol buffers, known only per call. The passes never need its value: a
-winner buffer is int64 whenever the update count is symbolic, launches merge when their grid
-extents are the same expressions, and the cost decisions (:func:`prefer_ordered`) count every
-symbol as ``SYMBOLIC_SIZE_ESTIMATE`` (2**20; so ``64*E`` counts as 2**26): large, since a size
-left open is usually one that grows with the data.
+winner buffer is int64 whenever the update count is symbolic, the sorted plan's scratch is
+sized by such expressions and its radix passes cover ``SYMBOLIC_BITS`` of key (those a call's
+keys do not need do nothing), launches merge when their grid extents are the same expressions,
+and the cost decisions (:func:`prefer_ordered`) count every symbol as ``SYMBOLIC_SIZE_ESTIMATE``
+(2**20; so ``64*E`` counts as 2**26): large, since a size left open is usually one that grows
+with the data.
 
 ``GPU_PIPELINE`` and ``GPU_PIPELINE_DETERMINISTIC`` in ``cinnlite/backends/gpu.py`` list the
 passes, as ``CPU_PIPELINE`` in ``cinnlite/backends/cpu.py`` does for the CPU; the CPU's
@@ -34,15 +40,16 @@ counterpart of this module is ``schedule_cpu.py``.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
-from ..dtypes import int32, int64
+from ..dtypes import bool_, int32, int64
 from ..errors import CompileError
-from .loopnest import (Binary, Buffer, Cast, Cmp, Const, For, If, Kernel, Load, Reduce,
-                       ReportIndexError, Seq, Store, Var, as_expr, const)
-from .passes import verify
-from .transform import (build_nest, flat_position, map_stmt, perfect_nest, sequence, stmt_exprs, substitute,
-                        top_level, walk_expr, walk_stmt)
+from .loopnest import (Binary, Buffer, Cast, Cmp, Const, For, If, Kernel, Let, Load, Reduce,
+                       ReportIndexError, Select, Seq, Store, Var, as_expr, const, dim_mul, let)
+from .passes import RANGE_VARS, verify
+from .transform import (build_nest, expr_vars, flat_position, map_stmt, perfect_nest, sequence, stmt_exprs,
+                        stmt_vars, substitute, top_level, unflatten_position, walk_expr, walk_stmt)
 
 GRID = "gpu.grid"
 
@@ -75,6 +82,11 @@ def size_estimate(size) -> int:
         value = {"add": a + b, "sub": a - b, "mul": a * b, "min": min(a, b), "max": max(a, b)}[size.op]
         return max(1, value)
     return SYMBOLIC_SIZE_ESTIMATE  # a symbol, or anything else a pass cannot weigh
+
+
+def _bound(stmt) -> bool:
+    """Whether ``stmt`` is a launch already (an earlier pass bound it to the grid)."""
+    return isinstance(stmt, For) and stmt.kind == GRID
 
 
 def _is_static(loops) -> bool:
@@ -194,17 +206,18 @@ def prefer_ordered(parallel: int, serial: int, output_size: int) -> bool:
     return parallel >= ORDERED_MIN_PARALLEL and serial <= 1024
 
 
+def _read_combine_write(s):
+    """A ``Reduce`` as the plain read, combine and write of a thread that owns its target."""
+    if isinstance(s, Reduce):
+        if s.combine == "none":
+            return Store(s.buffer, s.indices, s.value)
+        return Store(s.buffer, s.indices, Binary(s.combine, Load(s.buffer, s.indices), s.value))
+    return s
+
+
 def _ordered(kernel, stmt):
     owns, serial, body, _ = _split_update_nest(kernel, stmt)
-
-    def read_combine_write(s):
-        if isinstance(s, Reduce):
-            if s.combine == "none":
-                return Store(s.buffer, s.indices, s.value)
-            return Store(s.buffer, s.indices, Binary(s.combine, Load(s.buffer, s.indices), s.value))
-        return s
-
-    nest = build_nest(serial, map_stmt(body, None, read_combine_write))
+    nest = build_nest(serial, map_stmt(body, None, _read_combine_write))
     if owns:
         return build_nest([replace(l, kind=GRID) for l in owns], nest)
     return For(Var("g0"), const(1), nest, GRID)
@@ -224,7 +237,7 @@ def _order_nests(kernel: Kernel, always_floats: bool) -> Kernel:
     stmts, changed = [], False
     for stmt in top_level(kernel.body):
         reduces = [s for s in walk_stmt(stmt) if isinstance(s, Reduce)]
-        if not reduces:
+        if not reduces or _bound(stmt):  # no update, or one an earlier pass scheduled
             stmts.append(stmt)
             continue
         owns, serial, _, _ = _split_update_nest(kernel, stmt)
@@ -245,11 +258,389 @@ def order_update_nests(kernel: Kernel) -> Kernel:
 
 
 def order_update_nests_deterministic(kernel: Kernel) -> Kernel:
-    """:func:`order_update_nests`, and every nest with a float or complex reduction ordered too,
-    so that such results are bit-identical from run to run (and equal to the CPU's). A nest where no
-    loop separates the targets then runs on one thread. Integer reductions may stay atomic:
-    wrap-around add and mul, max and min give the same bits in any order."""
+    """:func:`order_update_nests`, and every nest with a float or complex reduction that
+    :func:`sort_update_nests` left ordered too, so that such results are bit-identical from run
+    to run (and equal to the CPU's). Integer reductions may stay atomic: wrap-around add and
+    mul, max and min give the same bits in any order. Float max and min do not (the signs of
+    zeros, the payloads of NaNs), so they are ordered or sorted as sums are."""
     return _order_nests(kernel, always_floats=True)
+
+
+# -- sort_update_nests ----------------------------------------------------------------------------
+
+#: The sorted plan's counting passes sort at most this many bits of the key each.
+RADIX_BITS = 8
+#: The bits of a symbolic number of targets or updates, as the sorted plan assumes them: the
+#: radix passes past the bits a call needs do nothing. 2**40 elements is more than any device
+#: memory holds.
+SYMBOLIC_BITS = 40
+
+
+def _update_group(body):
+    """``(group, reduces)``: the statement holding every ``Reduce`` of an update body, when the
+    body is Let and else-less If wrappers around one ``Reduce`` or a Seq of ``Reduce`` s, all
+    at the same indices (a mean's sum and count); else None."""
+    s = body
+    while isinstance(s, Let) or (isinstance(s, If) and s.orelse is None):
+        s = s.body if isinstance(s, Let) else s.then
+    if isinstance(s, Reduce):
+        reduces = [s]
+    elif isinstance(s, Seq) and s.stmts and all(isinstance(x, Reduce) for x in s.stmts):
+        reduces = list(s.stmts)
+    else:
+        return None
+    if any(r.combine == "none" or r.indices != reduces[0].indices for r in reduces):
+        return None
+    return s, reduces
+
+
+def _replace_group(body, group, new):
+    """``body`` (see :func:`_update_group`) with ``group`` replaced by ``new``."""
+    if body is group:
+        return new
+    if isinstance(body, Let):
+        return Let(body.bindings, _replace_group(body.body, group, new))
+    return If(body.cond, _replace_group(body.then, group, new))
+
+
+def _without_ifs(body):
+    """``body`` (see :func:`_update_group`) without its If wrappers."""
+    if isinstance(body, Let):
+        return Let(body.bindings, _without_ifs(body.body))
+    if isinstance(body, If):
+        return _without_ifs(body.then)
+    return body
+
+
+def _prune_lets(stmt):
+    """``stmt`` without the Let bindings nothing uses."""
+    def visit(s):
+        if isinstance(s, Let):
+            needed, kept = stmt_vars(s.body), []
+            for var, value in reversed(s.bindings):
+                if var in needed:
+                    kept.append((var, value))
+                    needed |= expr_vars(value)
+            return let(reversed(kept), s.body)
+        return s
+
+    return map_stmt(stmt, None, visit)
+
+
+def _var_names(kernel) -> set:
+    names = {v.name for v in RANGE_VARS}
+    for s in walk_stmt(kernel.body):
+        if isinstance(s, For):
+            names.add(s.var.name)
+        elif isinstance(s, Let):
+            names |= {v.name for v, _ in s.bindings}
+        for e in stmt_exprs(s):
+            names |= {v.name for v in expr_vars(e)}
+    return names
+
+
+def _product(sizes):
+    out = 1
+    for d in sizes:
+        out = dim_mul(out, d)
+    return out
+
+
+def _size(extent):
+    """A loop extent as a size: an int, or the int64 expression of a symbolic one."""
+    return int(extent.value) if isinstance(extent, Const) else extent
+
+
+def _ceil_div(a, k: int):
+    if isinstance(a, int):
+        return -(-a // k)
+    return a if k == 1 else Binary("div", Binary("add", a, const(k - 1)), const(k))
+
+
+def _add(a, b):
+    return Binary("add", a, b)
+
+
+def _int64(e):
+    return e if e.dtype == int64 else Cast(int64, e)
+
+
+def _run_end(j, k, n, levels: int, key_at, var):
+    """``(bindings, end)``: where the run of sorted keys equal to ``k`` that starts at ``j`` ends
+    (its last position plus one), found by one thread: probes ``j + 1, j + 2, j + 4, ...`` up to
+    the first other key, then a binary search between the last equal probe and that one.
+    ``levels`` bits hold the number of entries ``n``; ``key_at(ix)`` is the sorted key at
+    ``ix``. A probe or step that is not needed any more reads nothing (C's ``&&``); every index
+    stays in bounds either way, so the reference evaluator, which evaluates every operand, runs it too."""
+    bindings = []
+    hit, lo, hi = Const(True, bool_), j, n
+    last = Binary("sub", n, const(1))
+    for t in range(levels):
+        probe = _add(j, const(2**t))
+        same = Binary("and", Cmp("lt", probe, n), Cmp("eq", key_at(Binary("min", probe, last)), k))
+        h, lo2, hi2 = var("s_hit", bool_), var("s_lo"), var("s_hi")
+        bindings += [(h, Binary("and", hit, same)), (lo2, Select(h, probe, lo)),
+                     (hi2, Select(h, hi, Binary("min", hi, probe)))]
+        hit, lo, hi = h, lo2, hi2
+    for _ in range(levels):
+        width = Binary("sub", hi, lo)
+        mid, h, lo2, hi2 = var("s_mid"), var("s_in", bool_), var("s_lo"), var("s_hi")
+        bindings += [(mid, Binary("div", _add(lo, hi), const(2))),
+                     (h, Binary("and", Cmp("gt", width, const(1)), Cmp("eq", key_at(mid), k))),
+                     (lo2, Select(h, mid, lo)), (hi2, Select(Binary("or", h, Cmp("le", width, const(1))), hi, mid))]
+        lo, hi = lo2, hi2
+    return tuple(bindings), hi
+
+
+def sort_update_nests(kernel: Kernel) -> Kernel:
+    """With ``deterministic=True``: every update nest with a float or complex reduction that the
+    ordered plan would run in long serial chains (where :func:`prefer_ordered` does not pick it)
+    runs sorted instead, as launches of its own (:func:`_sorted_plan`); the others are left to
+    :func:`order_update_nests_deterministic`. The result is bit-identical to the CPU's: every
+    target combines its updates in row-major order, starting from its value."""
+    stmts, temps, changed = [], list(kernel.temps), False
+    buffers, names = _buffer_names(kernel), _var_names(kernel)
+    for stmt in top_level(kernel.body):
+        plan = _sorted_plan(kernel, stmt, buffers, names)
+        if plan is None:
+            stmts.append(stmt)
+            continue
+        launches, scratch = plan
+        stmts += launches
+        temps += scratch
+        changed = True
+    if not changed:
+        return kernel
+    return replace(kernel, body=sequence(stmts), temps=tuple(temps))
+
+
+def _sorted_plan(kernel, stmt, buffers: set, names: set):
+    """The launches and scratch buffers that run update nest ``stmt`` sorted, or None where the
+    nest is not one to sort. ``buffers`` and ``names`` are the buffer and variable names taken.
+
+    The updates are *entries*: the iterations of the nest's loops, but for the loops whose
+    variable is a whole coordinate of the target and is used nowhere else in the target or the
+    conditions (the columns of a row scatter); those stay in parallel, on the last launch. An
+    entry's *key* is its target's flat position over the other axes, or the number of keys
+    (``T``) where no update happens (fill mode). A stable least-significant-digit radix sort
+    of the entries' row-major positions by key then leaves every target's updates together and
+    in row-major order:
+
+    1. zero: the digit counts of the first two passes, and the digit totals;
+    2. keys: every entry's key, in parallel, counted in its chunk's digits of the first pass
+       (the entries cut into chunks of ``chunk``); then per pass, ``RADIX_BITS`` or fewer bits
+       of the key at a time: *prefix* the counts over chunks, per digit, a group of chunks per
+       thread (adding each group's total to the digit's total); *scan* the groups of each digit,
+       starting from the entries of the smaller digits; *scatter*, a thread walking each chunk
+       in order, every entry (key and position) to its place, the entries of a digit in chunk
+       order, so in the order they came in, and count it in its new chunk's digits of the next
+       pass;
+    3. reduce: the first entry of each run of equal keys, for every value of the parallel
+       loops, finds where its run ends (:func:`_run_end`) and combines the updates of the run
+       into the target, in order, starting from the target's value, each update computed from
+       its position as the nest computes it.
+
+    The only atomics count digits and sum digit totals: integer sums, whose result no order
+    changes. With ``P`` passes this is ``3 P + 3`` launches. The scratch grows with the number
+    of entries ``N``, never with the output: two keys and two positions per entry (one position
+    where ``P == 1``), two sets (one where ``P == 1``) of ``ceil(N / chunk) * radix`` digit
+    counts (``chunk`` is the radix, at least 32: at most ``N`` rounded up to a chunk), a group
+    sum per digit and group of chunks (about ``sqrt(chunks) / 4`` chunks a group), two numbers
+    per digit.
+    Keys are int32 where the number of targets is static and below 2**31, positions and counts
+    where the number of entries is; else int64. ``P`` is ``ceil(bits / RADIX_BITS)`` for the
+    bits of ``T``; where ``T`` is symbolic, ``P`` covers ``SYMBOLIC_BITS`` and a pass whose
+    bits are all zero does nothing, the last launch reading what the last pass that ran wrote.
+    """
+    if _bound(stmt):
+        return None
+    reduces = [s for s in walk_stmt(stmt) if isinstance(s, Reduce)]
+    if not reduces or not any(_must_order(r, always_floats=True) for r in reduces):
+        return None
+    owns, serial, body, _ = _split_update_nest(kernel, stmt)
+    # No allowance for a large output: the sorted plan's scratch does not grow with it.
+    if prefer_ordered(_extent(owns), _extent(serial), output_size=0):
+        return None
+    found = _update_group(body)
+    if found is None:
+        return None
+    group, reduces = found
+    loops, _ = perfect_nest(stmt)
+    target = reduces[0]
+
+    # The parallel loops of the last launch: owning loops that nothing but their axis uses.
+    dummy = Buffer("__key", int64, (1,))
+    parallel = list(owns)
+    while True:
+        pvars = {l.var for l in parallel}
+        axes = [k for k, ix in enumerate(target.indices) if not (isinstance(ix, Var) and ix in pvars)]
+        key = flat_position([target.indices[k] for k in axes], [target.buffer.shape[k] for k in axes])
+        used = stmt_vars(_prune_lets(_replace_group(body, group, Store(dummy, (const(0),), key))))
+        kept = [l for l in parallel if l.var not in used]
+        if len(kept) == len(parallel):
+            break
+        parallel = kept
+    pvars = {l.var for l in parallel}
+    entry_loops = [l for l in loops if l.var not in pvars]
+    n = _product(_size(l.extent) for l in entry_loops)
+    t = _product(target.buffer.shape[k] for k in axes)
+    if isinstance(t, int) and t == 0:
+        return None  # no target: nothing to sort (every update is dropped or an index error)
+
+    kd = int32 if isinstance(t, int) and t <= 2**31 - 1 else int64  # keys: 0 .. t
+    nd = int32 if isinstance(n, int) and n <= 2**31 - 1 else int64  # positions and counts: 0 .. n
+    symbolic_keys, symbolic_entries = not isinstance(t, int), not isinstance(n, int)
+    bits = SYMBOLIC_BITS if symbolic_keys else max(1, t.bit_length())
+    passes = -(-bits // RADIX_BITS)
+    digit_bits = -(-bits // passes)
+    radix = 2**digit_bits
+    chunk = max(radix, 32)                     # entries a scatter thread walks
+    chunks = _ceil_div(n, chunk)
+    # Chunks per prefix thread: sqrt(chunks) / 4 (a scan thread per digit walks the groups, and
+    # steps there cost a fraction of those of the prefix threads, which read scattered counts).
+    per_group = max(1, -(-(math.isqrt(-(-size_estimate(n) // chunk)) + 1) // 4))
+    groups = _ceil_div(chunks, per_group)
+    n_e, t_e, chunks_e = as_expr(n), as_expr(t), as_expr(chunks)
+
+    base = target.buffer.name
+
+    def buf(what, dtype, shape):
+        return Buffer(_fresh_name(f"{base}__{what}", buffers), dtype, shape)
+
+    keys = [buf("keys", kd, (n,)), buf("keys", kd, (n,))]
+    both = passes > 1 or symbolic_keys
+    pos = [buf("pos", nd, (n,)) if both else None, buf("pos", nd, (n,))]
+    hists = [buf("digits", nd, (chunks, radix)) for _ in range(min(passes, 2))]
+    gsum = buf("groups", nd, (groups, radix))
+    dtot = buf("digit_total", nd, (radix,))
+    dbase = buf("digit_base", nd, (radix,))
+    scratch = [b for b in keys + pos if b is not None] + hists + [gsum, dtot, dbase]
+
+    def var(name, dtype=int64):
+        return Var(_fresh_name(name, names), dtype)
+
+    def grid(pairs, body):
+        return build_nest([For(v, as_expr(x), None, GRID) for v, x in pairs], body)
+
+    zero, one = const(0, nd), const(1, nd)
+
+    def needed(p):
+        """None where pass ``p`` always runs, else the condition that it has bits to sort."""
+        if not symbolic_keys or p == 0:
+            return None
+        return Cmp("ge", t_e, const(2**(digit_bits * p)))
+
+    def guarded(p, s):
+        cond = needed(p)
+        return s if cond is None else If(cond, s)
+
+    def digit(k, p):
+        x = _int64(k)
+        if p:
+            x = Binary("div", x, const(2**(digit_bits * p)))
+        return Binary("mod", x, const(radix))
+
+    def count(hist, e, k, p):
+        """Count entry ``e`` (sorted position), of key ``k``, in its chunk's digits of pass ``p``."""
+        return Reduce(hist, (Binary("div", e, const(chunk)), digit(k, p)), one, "add")
+
+    # 1. zero the first passes' digit counts and totals
+    c, r = var("s_c"), var("s_r")
+    zeros = [Store(h, (c, r), zero) for h in hists[:passes]] + [If(Cmp("eq", c, const(0)), Store(dtot, (r,), zero))]
+    launches = [grid([(c, chunks), (r, radix)], Seq(tuple(zeros)))]
+
+    # 2. keys, counted for the first pass
+    e = var("s_e")
+    sentinel = Cast(kd, t_e) if symbolic_keys else const(t, kd)
+    key_store = Store(keys[0], (e,), key if kd == int64 else Cast(kd, key))
+    dropped = any(isinstance(s, If) for s in walk_stmt(body))  # an update may be dropped (fill mode)
+    key_body = [Store(keys[0], (e,), sentinel)] if dropped else []
+    if symbolic_keys:  # read where no pass after the first runs (see sorted_binding)
+        key_body.append(Store(pos[0], (e,), Cast(nd, e) if nd != int64 else e))
+    key_body += [_prune_lets(_replace_group(body, group, key_store)), count(hists[0], e, Load(keys[0], (e,)), 0)]
+    position = flat_position([l.var for l in entry_loops], [l.extent for l in entry_loops])
+    launches.append(build_nest([replace(l, kind=GRID) for l in entry_loops],
+                               Let(((e, position),), Seq(tuple(key_body)))))
+
+    # 3. the radix passes
+    for p in range(passes):
+        k_in, k_out = keys[p % 2], keys[(p + 1) % 2]
+        p_in, p_out = pos[p % 2], pos[(p + 1) % 2]
+        hist, following = hists[p % 2], (hists[(p + 1) % 2] if p + 1 < passes else None)
+
+        g, r, j, cc, h = var("s_g"), var("s_r"), var("s_j"), var("s_c"), var("s_h", nd)
+        running = Load(gsum, (g, r))
+        steps = [Store(hist, (cc, r), running), Store(gsum, (g, r), _add(running, h))]
+        if following is not None and p > 0:  # free since the last scatter: counts for the next pass
+            steps.append(Store(following, (cc, r), zero))
+        prefix = Seq((
+            Store(gsum, (g, r), zero),
+            For(j, as_expr(per_group), Let(((cc, _add(Binary("mul", g, const(per_group)), j)),), If(
+                Cmp("lt", cc, chunks_e), Let(((h, Load(hist, (cc, r))),), Seq(tuple(steps)))))),
+            Reduce(dtot, (r,), running, "add"),
+        ))
+        launches.append(grid([(g, groups), (r, radix)], guarded(p, prefix)))
+
+        r, q, g, v = var("s_r"), var("s_q"), var("s_g"), var("s_v", nd)
+        acc = Load(dbase, (r,))
+        scan = Seq((
+            Store(dbase, (r,), zero),
+            For(q, r, Store(dbase, (r,), _add(acc, Load(dtot, (q,))))),
+            For(g, as_expr(groups), Let(((v, Load(gsum, (g, r))),),
+                                        Seq((Store(gsum, (g, r), acc), Store(dbase, (r,), _add(acc, v)))))),
+        ))
+        launches.append(grid([(r, radix)], guarded(p, scan)))
+
+        c, i, ee, k, dg, slot = var("s_c"), var("s_i"), var("s_e"), var("s_k", kd), var("s_d"), var("s_slot")
+        place = _add(_int64(Load(gsum, (Binary("div", c, const(per_group)), dg))), _int64(Load(hist, (c, dg))))
+        moved = Load(p_in, (ee,)) if p else (Cast(nd, ee) if nd != int64 else ee)
+        steps = [Store(k_out, (slot,), k), Store(p_out, (slot,), moved),
+                 Store(hist, (c, dg), _add(Load(hist, (c, dg)), one))]
+        scatter = []
+        if following is not None:  # count for the next pass, and zero its digit totals
+            steps.append(count(following, slot, k, p + 1))
+            scatter.append(If(Cmp("eq", c, const(0)), For(r, as_expr(radix), Store(dtot, (r,), zero))))
+        scatter.append(For(i, as_expr(chunk), Let(((ee, _add(Binary("mul", c, const(chunk)), i)),), If(
+            Cmp("lt", ee, n_e), Let(((k, Load(k_in, (ee,))), (dg, digit(k, p)), (slot, place)), Seq(tuple(steps)))))))
+        scatter = sequence(scatter)
+        launches.append(grid([(c, chunks)], guarded(p, scatter)))
+
+    # Where the sorted entries are: the buffers the last pass that ran wrote.
+    def sorted_binding():
+        if not symbolic_keys:
+            return (), (lambda b, ix: Load(b[passes % 2], (ix,)))
+        odd = var("s_odd", bool_)
+        ran = const(1)
+        for p in range(1, passes):
+            ran = _add(ran, Cast(int64, needed(p)))
+        binding = ((odd, Cmp("eq", Binary("mod", ran, const(2)), const(1))),)
+        return binding, (lambda b, ix: Select(odd, Load(b[1], (ix,)), Load(b[0], (ix,))))
+
+    # 3. reduce: the first entry of every run, for every value of the parallel loops
+    j, k, q, u = var("s_j"), var("s_k"), var("s_q"), var("s_u")
+    bound, at = sorted_binding()
+    first = Binary("or", Cmp("eq", j, const(0)),
+                   Cmp("ne", _int64(at(keys, Binary("max", Binary("sub", j, const(1)), const(0)))), k))
+    search, run_end = _run_end(j, k, n_e, SYMBOLIC_BITS if symbolic_entries else max(1, n.bit_length()),
+                               lambda ix: _int64(at(keys, ix)), var)
+    # The target is the key's (and the parallel loops'): the same element all along the run, so
+    # the compiler may keep it in a register; the conditions held when the key was made.
+    where = [var("s_t") for _ in axes]
+    at_target = dict(zip(axes, where))
+
+    def combine(r):
+        ix = tuple(at_target.get(a, x) for a, x in enumerate(r.indices))
+        return Store(r.buffer, ix, Binary(r.combine, Load(r.buffer, ix), r.value))
+
+    values = _prune_lets(_without_ifs(_replace_group(body, group, sequence(combine(r) for r in reduces))))
+    unflat = unflatten_position(u, [l.extent for l in entry_loops])
+    update = Let(((u, _int64(at(pos, _add(j, q)))),) + tuple((l.var, x) for l, x in zip(entry_loops, unflat)),
+                 values)
+    target_at = tuple(zip(where, unflatten_position(k, [target.buffer.shape[a] for a in axes])))
+    run = Let(search + target_at, For(q, Binary("sub", run_end, j), update))
+    reduce_body = Let(bound + ((k, _int64(at(keys, j))),), If(Binary("and", Cmp("lt", k, t_e), first), run))
+    launches.append(build_nest([For(j, n_e, None, GRID)] + [replace(l, kind=GRID) for l in parallel], reduce_body))
+    return launches, scratch
 
 
 # -- schedule_gpu ---------------------------------------------------------------------------------

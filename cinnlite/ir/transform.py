@@ -11,7 +11,7 @@ here is bounded by the size of one operator's expressions, never by the size of 
 from __future__ import annotations
 
 from .loopnest import (Binary, Cast, Cmp, Const, Expr, FlagIndexError, For, If, Let, Load, Math, Reduce,
-                       ReportIndexError, Select, Seq, Store, Var, as_expr, const)
+                       ReportIndexError, Select, Seq, Store, Var, as_expr, const, dim_mul)
 
 
 def map_expr(e, fn):
@@ -198,6 +198,18 @@ def flat_position(indices, shape):
     for i, d in zip(indices, shape):
         pos = Binary("add", Binary("mul", pos, d if isinstance(d, Expr) else const(d)), i)
     return pos
+
+
+def unflatten_position(pos, shape) -> tuple:
+    """The row-major indices (int64 expressions) of flat position ``pos`` (int64) in ``shape``:
+    its sizes, as integers or as int64 expressions. The inverse of :func:`flat_position`."""
+    out, inner = [], 1
+    for k in reversed(range(len(shape))):
+        d = shape[k]
+        quotient = pos if isinstance(inner, int) and inner == 1 else Binary("div", pos, as_expr(inner))
+        out.append(quotient if k == 0 else Binary("mod", quotient, as_expr(d)))
+        inner = dim_mul(inner, d.value if isinstance(d, Const) else d)
+    return tuple(reversed(out))
 
 
 # -- variables ---------------------------------------------------------------------------------------
