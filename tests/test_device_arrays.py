@@ -63,6 +63,16 @@ def test_results_stay_on_the_emulated_device_and_feed_the_next_call(shapes):
     assert isinstance(gather(x=x, i=I), cl.DeviceArray)
 
 
+def test_empty_sizes_of_a_symbolic_program_take_device_arrays():
+    gather, scatter = (cl.compile(p, target="cuda-emu") for p in chain_programs())
+    X, _ = feeds()
+    none = gather(x=gather.to_device(X), i=np.zeros(0, np.int64))
+    assert isinstance(none, cl.DeviceArray) and none.shape == (0, 8)
+    # Updates of no rows leave the table as it was.
+    same = scatter(x=gather.to_device(X), i=np.zeros(0, np.int64), u=gather.to_device(np.zeros((0, 8), np.float32)))
+    np.testing.assert_array_equal(same.numpy(), X)
+
+
 def test_dlpack_shows_the_same_memory_without_a_copy():
     torch = pytest.importorskip("torch")
     gather, _ = (cl.compile(p, target="cuda-emu") for p in chain_programs())

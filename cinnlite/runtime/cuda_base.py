@@ -138,7 +138,11 @@ class CUDABaseExecutable(Executable):
                 arr = self._checked_input(name, shape, dtype, value)
             arrays[name] = arr
         try:
-            return self._run(arrays, self._shapes.plan_for(arrays, self), None, call)
+            plan, exe = self._shapes.plan_for(arrays, self), self
+            if plan.specialised is not None:  # sizes a static build serves (an empty dimension)
+                exe = plan.specialised
+                plan = exe._shapes.plan_for(arrays, exe)
+            return exe._run(arrays, plan, None, call)
         finally:
             for held in call.keep:
                 held.release()
