@@ -63,10 +63,14 @@ def _align(dtype: DType):
 
 def memory_type(dtype: DType):
     """The LLVM type of an element of ``dtype`` in memory (bool is one byte, like numpy;
-    bfloat16 its 16 bits)."""
+    bfloat16 and float16 their 16 bits). float16 is loaded and stored as an i16 and bit-cast to
+    ``half`` where it is used: x86 moves a ``half`` through a vector register (a ``vpinsrw`` that
+    merges into the previous value, chaining every iteration of a copy loop), while a value that
+    is only moved, as a gather's, then stays an integer once LLVM folds the casts away (a take of
+    1 M float16 elements: 2.3x the time of float32 before)."""
     if dtype.is_bool:
         return I8
-    if dtype.is_bfloat16:
+    if dtype.is_bfloat16 or dtype == float16:
         return I16
     return value_type(dtype)
 
@@ -196,6 +200,8 @@ class _KernelEmitter:
             v = self.b.icmp_unsigned("!=", v, ir.Constant(I8, 0))
         elif buf.dtype.is_bfloat16:
             v = bf16_value(self.b, v)
+        elif buf.dtype == float16:
+            v = self.b.bitcast(v, _FLOATS[16])
         return v
 
     def store(self, buf, indices, value):
@@ -203,6 +209,8 @@ class _KernelEmitter:
             value = self.b.zext(value, I8)
         elif buf.dtype.is_bfloat16:
             value = bf16_bits(self.b, value)  # exact: the value is a bfloat16 already
+        elif buf.dtype == float16:
+            value = self.b.bitcast(value, I16)
         self._scoped(buf, self.b.store(value, self.address(buf, indices), align=_align(buf.dtype)))
 
     def round_bf16(self, value):
