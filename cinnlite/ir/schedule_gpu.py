@@ -41,7 +41,7 @@ counterpart of this module is ``schedule_cpu.py``.
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from ..dtypes import bool_, int32, int64
 from ..errors import CompileError
@@ -415,8 +415,84 @@ def sort_update_nests(kernel: Kernel) -> Kernel:
 
 
 def _sorted_plan(kernel, stmt, buffers: set, names: set):
-    """The launches and scratch buffers that run update nest ``stmt`` sorted, or None where the
-    nest is not one to sort. ``buffers`` and ``names`` are the buffer and variable names taken.
+    """The launches and scratch buffers that run update nest ``stmt`` sorted (see
+    :class:`_SortedPlan`), or None where the nest is not one to sort. ``buffers`` and ``names``
+    are the buffer and variable names taken: the plan's scratch buffers and variables get fresh
+    ones, in a fixed order, so that the same kernel always gets the same source."""
+    nest = _nest_to_sort(kernel, stmt)
+    if nest is None:
+        return None
+    plan = _SortedPlan(nest, buffers, names)
+    return plan.launches(), plan.scratch
+
+
+@dataclass(frozen=True)
+class _SortNest:
+    """An update nest to sort: what :class:`_SortedPlan` reads of it."""
+
+    body: object        # the nest's body, inside its loops
+    group: object       # the statement in ``body`` holding its Reduces (:func:`_update_group`)
+    reduces: list       # its Reduces; the first one's target gives the keys
+    axes: list          # the target's axes that the key covers (not a parallel loop's variable)
+    key: object         # the target's flat position over ``axes``
+    parallel: list      # the loops that stay parallel, on the last launch
+    entry_loops: list   # the other loops: their iterations are the entries
+    n: object           # the number of entries: an int, or an int64 expression
+    t: object           # the number of keys (targets over ``axes``): an int or an expression
+
+    @property
+    def target(self):
+        return self.reduces[0]
+
+
+def _nest_to_sort(kernel, stmt):
+    """``stmt`` as a :class:`_SortNest`, or None where it is not one to sort: already bound, no
+    float or complex reduction that needs an order, chains short enough for the ordered plan,
+    no update group, or no target at all."""
+    if _bound(stmt):
+        return None
+    reduces = [s for s in walk_stmt(stmt) if isinstance(s, Reduce)]
+    if not reduces or not any(_must_order(r, always_floats=True) for r in reduces):
+        return None
+    owns, serial, body, _ = _split_update_nest(kernel, stmt)
+    # No allowance for a large output: the sorted plan's scratch does not grow with it.
+    if prefer_ordered(_extent(owns), _extent(serial), output_size=0):
+        return None
+    found = _update_group(body)
+    if found is None:
+        return None
+    group, reduces = found
+    loops, _ = perfect_nest(stmt)
+    parallel, axes, key = _parallel_loops(owns, reduces[0], body, group)
+    pvars = {l.var for l in parallel}
+    entry_loops = [l for l in loops if l.var not in pvars]
+    n = _product(_size(l.extent) for l in entry_loops)
+    t = _product(reduces[0].buffer.shape[k] for k in axes)
+    if isinstance(t, int) and t == 0:
+        return None  # no target: nothing to sort (every update is dropped or an index error)
+    return _SortNest(body, group, reduces, axes, key, parallel, entry_loops, n, t)
+
+
+def _parallel_loops(owns, target, body, group):
+    """``(parallel, axes, key)``: the parallel loops of the last launch, owning loops that nothing
+    but their axis uses; the target's other axes; the key, the target's flat position over them.
+    Loops are dropped until every one left is used by nothing else."""
+    dummy = Buffer("__key", int64, (1,))
+    parallel = list(owns)
+    while True:
+        pvars = {l.var for l in parallel}
+        axes = [k for k, ix in enumerate(target.indices) if not (isinstance(ix, Var) and ix in pvars)]
+        key = flat_position([target.indices[k] for k in axes], [target.buffer.shape[k] for k in axes])
+        used = stmt_vars(_prune_lets(_replace_group(body, group, Store(dummy, (const(0),), key))))
+        kept = [l for l in parallel if l.var not in used]
+        if len(kept) == len(parallel):
+            return parallel, axes, key
+        parallel = kept
+
+
+class _SortedPlan:
+    """The sorted plan of one update nest (:class:`_SortNest`): its launches (:meth:`launches`)
+    and scratch buffers (``scratch``).
 
     The updates are *entries*: the iterations of the nest's loops, but for the loops whose
     variable is a whole coordinate of the target and is used nowhere else in the target or the
@@ -451,196 +527,224 @@ def _sorted_plan(kernel, stmt, buffers: set, names: set):
     where the number of entries is; else int64. ``P`` is ``ceil(bits / RADIX_BITS)`` for the
     bits of ``T``; where ``T`` is symbolic, ``P`` covers ``SYMBOLIC_BITS`` and a pass whose
     bits are all zero does nothing, the last launch reading what the last pass that ran wrote.
+
+    The launches' variables take fresh names as they are built, in launch order (the same
+    kernel always gets the same source): call :meth:`launches` once.
     """
-    if _bound(stmt):
-        return None
-    reduces = [s for s in walk_stmt(stmt) if isinstance(s, Reduce)]
-    if not reduces or not any(_must_order(r, always_floats=True) for r in reduces):
-        return None
-    owns, serial, body, _ = _split_update_nest(kernel, stmt)
-    # No allowance for a large output: the sorted plan's scratch does not grow with it.
-    if prefer_ordered(_extent(owns), _extent(serial), output_size=0):
-        return None
-    found = _update_group(body)
-    if found is None:
-        return None
-    group, reduces = found
-    loops, _ = perfect_nest(stmt)
-    target = reduces[0]
 
-    # The parallel loops of the last launch: owning loops that nothing but their axis uses.
-    dummy = Buffer("__key", int64, (1,))
-    parallel = list(owns)
-    while True:
-        pvars = {l.var for l in parallel}
-        axes = [k for k, ix in enumerate(target.indices) if not (isinstance(ix, Var) and ix in pvars)]
-        key = flat_position([target.indices[k] for k in axes], [target.buffer.shape[k] for k in axes])
-        used = stmt_vars(_prune_lets(_replace_group(body, group, Store(dummy, (const(0),), key))))
-        kept = [l for l in parallel if l.var not in used]
-        if len(kept) == len(parallel):
-            break
-        parallel = kept
-    pvars = {l.var for l in parallel}
-    entry_loops = [l for l in loops if l.var not in pvars]
-    n = _product(_size(l.extent) for l in entry_loops)
-    t = _product(target.buffer.shape[k] for k in axes)
-    if isinstance(t, int) and t == 0:
-        return None  # no target: nothing to sort (every update is dropped or an index error)
+    def __init__(self, nest: _SortNest, buffers: set, names: set):
+        self.nest, self.names = nest, names
+        n, t = nest.n, nest.t
+        self.kd = int32 if isinstance(t, int) and t <= 2**31 - 1 else int64  # keys: 0 .. t
+        self.nd = int32 if isinstance(n, int) and n <= 2**31 - 1 else int64  # positions and counts: 0 .. n
+        self.symbolic_keys, self.symbolic_entries = not isinstance(t, int), not isinstance(n, int)
+        bits = SYMBOLIC_BITS if self.symbolic_keys else max(1, t.bit_length())
+        self.passes = -(-bits // RADIX_BITS)
+        self.digit_bits = -(-bits // self.passes)
+        self.radix = 2**self.digit_bits
+        self.chunk = max(self.radix, 32)                     # entries a scatter thread walks
+        self.chunks = _ceil_div(n, self.chunk)
+        # Chunks per prefix thread: sqrt(chunks) / 4 (a scan thread per digit walks the groups, and
+        # steps there cost a fraction of those of the prefix threads, which read scattered counts).
+        self.per_group = max(1, -(-(math.isqrt(-(-size_estimate(n) // self.chunk)) + 1) // 4))
+        self.groups = _ceil_div(self.chunks, self.per_group)
+        self.n_e, self.t_e, self.chunks_e = as_expr(n), as_expr(t), as_expr(self.chunks)
+        self.zero, self.one = const(0, self.nd), const(1, self.nd)
+        self._take_scratch(buffers)
 
-    kd = int32 if isinstance(t, int) and t <= 2**31 - 1 else int64  # keys: 0 .. t
-    nd = int32 if isinstance(n, int) and n <= 2**31 - 1 else int64  # positions and counts: 0 .. n
-    symbolic_keys, symbolic_entries = not isinstance(t, int), not isinstance(n, int)
-    bits = SYMBOLIC_BITS if symbolic_keys else max(1, t.bit_length())
-    passes = -(-bits // RADIX_BITS)
-    digit_bits = -(-bits // passes)
-    radix = 2**digit_bits
-    chunk = max(radix, 32)                     # entries a scatter thread walks
-    chunks = _ceil_div(n, chunk)
-    # Chunks per prefix thread: sqrt(chunks) / 4 (a scan thread per digit walks the groups, and
-    # steps there cost a fraction of those of the prefix threads, which read scattered counts).
-    per_group = max(1, -(-(math.isqrt(-(-size_estimate(n) // chunk)) + 1) // 4))
-    groups = _ceil_div(chunks, per_group)
-    n_e, t_e, chunks_e = as_expr(n), as_expr(t), as_expr(chunks)
+    def _take_scratch(self, buffers: set):
+        """The scratch buffers, named after the target: two keys and two positions per entry (the
+        first positions only where a pass after the first may run), the digit counts of two
+        passes (of one where there is only one), group sums, digit totals and digit bases."""
+        base, n, kd, nd = self.nest.target.buffer.name, self.nest.n, self.kd, self.nd
 
-    base = target.buffer.name
+        def buf(what, dtype, shape):
+            return Buffer(_fresh_name(f"{base}__{what}", buffers), dtype, shape)
 
-    def buf(what, dtype, shape):
-        return Buffer(_fresh_name(f"{base}__{what}", buffers), dtype, shape)
+        self.keys = [buf("keys", kd, (n,)), buf("keys", kd, (n,))]
+        both = self.passes > 1 or self.symbolic_keys
+        self.pos = [buf("pos", nd, (n,)) if both else None, buf("pos", nd, (n,))]
+        self.hists = [buf("digits", nd, (self.chunks, self.radix)) for _ in range(min(self.passes, 2))]
+        self.gsum = buf("groups", nd, (self.groups, self.radix))
+        self.dtot = buf("digit_total", nd, (self.radix,))
+        self.dbase = buf("digit_base", nd, (self.radix,))
+        per_entry = [b for b in self.keys + self.pos if b is not None]
+        self.scratch = per_entry + self.hists + [self.gsum, self.dtot, self.dbase]
 
-    keys = [buf("keys", kd, (n,)), buf("keys", kd, (n,))]
-    both = passes > 1 or symbolic_keys
-    pos = [buf("pos", nd, (n,)) if both else None, buf("pos", nd, (n,))]
-    hists = [buf("digits", nd, (chunks, radix)) for _ in range(min(passes, 2))]
-    gsum = buf("groups", nd, (groups, radix))
-    dtot = buf("digit_total", nd, (radix,))
-    dbase = buf("digit_base", nd, (radix,))
-    scratch = [b for b in keys + pos if b is not None] + hists + [gsum, dtot, dbase]
+    def launches(self) -> list:
+        """Zero, keys, prefix, scan and scatter per pass, reduce: ``3 P + 3`` launches."""
+        launches = [self.zero_counts(), self.make_keys()]
+        for p in range(self.passes):
+            launches += self.radix_pass(p)
+        return launches + [self.reduce()]
 
-    def var(name, dtype=int64):
-        return Var(_fresh_name(name, names), dtype)
+    # -- helpers shared by the launches
 
+    def var(self, name, dtype=int64):
+        return Var(_fresh_name(name, self.names), dtype)
+
+    @staticmethod
     def grid(pairs, body):
         return build_nest([For(v, as_expr(x), None, GRID) for v, x in pairs], body)
 
-    zero, one = const(0, nd), const(1, nd)
-
-    def needed(p):
+    def needed(self, p):
         """None where pass ``p`` always runs, else the condition that it has bits to sort."""
-        if not symbolic_keys or p == 0:
+        if not self.symbolic_keys or p == 0:
             return None
-        return Cmp("ge", t_e, const(2**(digit_bits * p)))
+        return Cmp("ge", self.t_e, const(2**(self.digit_bits * p)))
 
-    def guarded(p, s):
-        cond = needed(p)
+    def guarded(self, p, s):
+        cond = self.needed(p)
         return s if cond is None else If(cond, s)
 
-    def digit(k, p):
+    def digit(self, k, p):
         x = _int64(k)
         if p:
-            x = Binary("div", x, const(2**(digit_bits * p)))
-        return Binary("mod", x, const(radix))
+            x = Binary("div", x, const(2**(self.digit_bits * p)))
+        return Binary("mod", x, const(self.radix))
 
-    def count(hist, e, k, p):
+    def count(self, hist, e, k, p):
         """Count entry ``e`` (sorted position), of key ``k``, in its chunk's digits of pass ``p``."""
-        return Reduce(hist, (Binary("div", e, const(chunk)), digit(k, p)), one, "add")
+        return Reduce(hist, (Binary("div", e, const(self.chunk)), self.digit(k, p)), self.one, "add")
 
-    # 1. zero the first passes' digit counts and totals
-    c, r = var("s_c"), var("s_r")
-    zeros = [Store(h, (c, r), zero) for h in hists[:passes]] + [If(Cmp("eq", c, const(0)), Store(dtot, (r,), zero))]
-    launches = [grid([(c, chunks), (r, radix)], Seq(tuple(zeros)))]
+    # -- the launches, in order
 
-    # 2. keys, counted for the first pass
-    e = var("s_e")
-    sentinel = Cast(kd, t_e) if symbolic_keys else const(t, kd)
-    key_store = Store(keys[0], (e,), key if kd == int64 else Cast(kd, key))
-    dropped = any(isinstance(s, If) for s in walk_stmt(body))  # an update may be dropped (fill mode)
-    key_body = [Store(keys[0], (e,), sentinel)] if dropped else []
-    if symbolic_keys:  # read where no pass after the first runs (see sorted_binding)
-        key_body.append(Store(pos[0], (e,), Cast(nd, e) if nd != int64 else e))
-    key_body += [_prune_lets(_replace_group(body, group, key_store)), count(hists[0], e, Load(keys[0], (e,)), 0)]
-    position = flat_position([l.var for l in entry_loops], [l.extent for l in entry_loops])
-    launches.append(build_nest([replace(l, kind=GRID) for l in entry_loops],
-                               Let(((e, position),), Seq(tuple(key_body)))))
+    def zero_counts(self):
+        """Zero the first passes' digit counts and the digit totals."""
+        c, r = self.var("s_c"), self.var("s_r")
+        zeros = [Store(h, (c, r), self.zero) for h in self.hists[:self.passes]]
+        zeros.append(If(Cmp("eq", c, const(0)), Store(self.dtot, (r,), self.zero)))
+        return self.grid([(c, self.chunks), (r, self.radix)], Seq(tuple(zeros)))
 
-    # 3. the radix passes
-    for p in range(passes):
-        k_in, k_out = keys[p % 2], keys[(p + 1) % 2]
-        p_in, p_out = pos[p % 2], pos[(p + 1) % 2]
-        hist, following = hists[p % 2], (hists[(p + 1) % 2] if p + 1 < passes else None)
+    def make_keys(self):
+        """Every entry's key, in parallel, counted for the first pass."""
+        nest, keys, kd, nd = self.nest, self.keys, self.kd, self.nd
+        e = self.var("s_e")
+        sentinel = Cast(kd, self.t_e) if self.symbolic_keys else const(nest.t, kd)
+        key_store = Store(keys[0], (e,), nest.key if kd == int64 else Cast(kd, nest.key))
+        dropped = any(isinstance(s, If) for s in walk_stmt(nest.body))  # an update may be dropped (fill mode)
+        key_body = [Store(keys[0], (e,), sentinel)] if dropped else []
+        if self.symbolic_keys:  # read where no pass after the first runs (see sorted_binding)
+            key_body.append(Store(self.pos[0], (e,), Cast(nd, e) if nd != int64 else e))
+        key_body += [_prune_lets(_replace_group(nest.body, nest.group, key_store)),
+                     self.count(self.hists[0], e, Load(keys[0], (e,)), 0)]
+        position = flat_position([l.var for l in nest.entry_loops], [l.extent for l in nest.entry_loops])
+        return build_nest([replace(l, kind=GRID) for l in nest.entry_loops],
+                          Let(((e, position),), Seq(tuple(key_body))))
 
-        g, r, j, cc, h = var("s_g"), var("s_r"), var("s_j"), var("s_c"), var("s_h", nd)
+    def following(self, p):
+        """The digit counts of the pass after ``p``, None after the last."""
+        return self.hists[(p + 1) % 2] if p + 1 < self.passes else None
+
+    def radix_pass(self, p):
+        """The prefix, scan and scatter launches of pass ``p``. The scan's digit variable is also
+        the scatter's, where it zeroes the next pass's digit totals."""
+        prefix = self.prefix(p)
+        r = self.var("s_r")
+        return [prefix, self.scan(p, r), self.scatter(p, r)]
+
+    def prefix(self, p):
+        """Radix pass ``p``, prefix: the counts over chunks, per digit, a group of chunks per
+        thread, each group's total added to the digit's total."""
+        gsum, hist, following, zero = self.gsum, self.hists[p % 2], self.following(p), self.zero
+        g, r, j, cc, h = self.var("s_g"), self.var("s_r"), self.var("s_j"), self.var("s_c"), self.var("s_h", self.nd)
         running = Load(gsum, (g, r))
         steps = [Store(hist, (cc, r), running), Store(gsum, (g, r), _add(running, h))]
         if following is not None and p > 0:  # free since the last scatter: counts for the next pass
             steps.append(Store(following, (cc, r), zero))
         prefix = Seq((
             Store(gsum, (g, r), zero),
-            For(j, as_expr(per_group), Let(((cc, _add(Binary("mul", g, const(per_group)), j)),), If(
-                Cmp("lt", cc, chunks_e), Let(((h, Load(hist, (cc, r))),), Seq(tuple(steps)))))),
-            Reduce(dtot, (r,), running, "add"),
+            For(j, as_expr(self.per_group), Let(((cc, _add(Binary("mul", g, const(self.per_group)), j)),), If(
+                Cmp("lt", cc, self.chunks_e), Let(((h, Load(hist, (cc, r))),), Seq(tuple(steps)))))),
+            Reduce(self.dtot, (r,), running, "add"),
         ))
-        launches.append(grid([(g, groups), (r, radix)], guarded(p, prefix)))
+        return self.grid([(g, self.groups), (r, self.radix)], self.guarded(p, prefix))
 
-        r, q, g, v = var("s_r"), var("s_q"), var("s_g"), var("s_v", nd)
+    def scan(self, p, r):
+        """Radix pass ``p``, scan: the groups of each digit, starting from the entries of the
+        smaller digits."""
+        gsum, dbase = self.gsum, self.dbase
+        q, g, v = self.var("s_q"), self.var("s_g"), self.var("s_v", self.nd)
         acc = Load(dbase, (r,))
         scan = Seq((
-            Store(dbase, (r,), zero),
-            For(q, r, Store(dbase, (r,), _add(acc, Load(dtot, (q,))))),
-            For(g, as_expr(groups), Let(((v, Load(gsum, (g, r))),),
-                                        Seq((Store(gsum, (g, r), acc), Store(dbase, (r,), _add(acc, v)))))),
+            Store(dbase, (r,), self.zero),
+            For(q, r, Store(dbase, (r,), _add(acc, Load(self.dtot, (q,))))),
+            For(g, as_expr(self.groups), Let(((v, Load(gsum, (g, r))),),
+                                             Seq((Store(gsum, (g, r), acc), Store(dbase, (r,), _add(acc, v)))))),
         ))
-        launches.append(grid([(r, radix)], guarded(p, scan)))
+        return self.grid([(r, self.radix)], self.guarded(p, scan))
 
-        c, i, ee, k, dg, slot = var("s_c"), var("s_i"), var("s_e"), var("s_k", kd), var("s_d"), var("s_slot")
-        place = _add(_int64(Load(gsum, (Binary("div", c, const(per_group)), dg))), _int64(Load(hist, (c, dg))))
+    def scatter(self, p, r):
+        """Radix pass ``p``, scatter: a thread walking each chunk in order moves every entry (key
+        and position) to its place, and counts it in its new chunk's digits of the next pass."""
+        k_in, k_out = self.keys[p % 2], self.keys[(p + 1) % 2]
+        p_in, p_out = self.pos[p % 2], self.pos[(p + 1) % 2]
+        hist, following, nd = self.hists[p % 2], self.following(p), self.nd
+        c, i, ee, k = self.var("s_c"), self.var("s_i"), self.var("s_e"), self.var("s_k", self.kd)
+        dg, slot = self.var("s_d"), self.var("s_slot")
+        group_base = Load(self.gsum, (Binary("div", c, const(self.per_group)), dg))
+        place = _add(_int64(group_base), _int64(Load(hist, (c, dg))))
         moved = Load(p_in, (ee,)) if p else (Cast(nd, ee) if nd != int64 else ee)
         steps = [Store(k_out, (slot,), k), Store(p_out, (slot,), moved),
-                 Store(hist, (c, dg), _add(Load(hist, (c, dg)), one))]
+                 Store(hist, (c, dg), _add(Load(hist, (c, dg)), self.one))]
         scatter = []
         if following is not None:  # count for the next pass, and zero its digit totals
-            steps.append(count(following, slot, k, p + 1))
-            scatter.append(If(Cmp("eq", c, const(0)), For(r, as_expr(radix), Store(dtot, (r,), zero))))
-        scatter.append(For(i, as_expr(chunk), Let(((ee, _add(Binary("mul", c, const(chunk)), i)),), If(
-            Cmp("lt", ee, n_e), Let(((k, Load(k_in, (ee,))), (dg, digit(k, p)), (slot, place)), Seq(tuple(steps)))))))
-        scatter = sequence(scatter)
-        launches.append(grid([(c, chunks)], guarded(p, scatter)))
+            steps.append(self.count(following, slot, k, p + 1))
+            scatter.append(If(Cmp("eq", c, const(0)), For(r, as_expr(self.radix), Store(self.dtot, (r,), self.zero))))
+        scatter.append(For(i, as_expr(self.chunk), Let(((ee, _add(Binary("mul", c, const(self.chunk)), i)),), If(
+            Cmp("lt", ee, self.n_e), Let(((k, Load(k_in, (ee,))), (dg, self.digit(k, p)), (slot, place)),
+                                         Seq(tuple(steps)))))))
+        return self.grid([(c, self.chunks)], self.guarded(p, sequence(scatter)))
 
-    # Where the sorted entries are: the buffers the last pass that ran wrote.
-    def sorted_binding():
-        if not symbolic_keys:
+    def sorted_binding(self):
+        """Where the sorted entries are, the buffers the last pass that ran wrote: ``(bindings,
+        at)``, ``at(buffers, i)`` reading entry ``i`` of the right one of a pair of buffers."""
+        passes = self.passes
+        if not self.symbolic_keys:
             return (), (lambda b, ix: Load(b[passes % 2], (ix,)))
-        odd = var("s_odd", bool_)
+        odd = self.var("s_odd", bool_)
         ran = const(1)
         for p in range(1, passes):
-            ran = _add(ran, Cast(int64, needed(p)))
+            ran = _add(ran, Cast(int64, self.needed(p)))
         binding = ((odd, Cmp("eq", Binary("mod", ran, const(2)), const(1))),)
         return binding, (lambda b, ix: Select(odd, Load(b[1], (ix,)), Load(b[0], (ix,))))
 
-    # 3. reduce: the first entry of every run, for every value of the parallel loops
-    j, k, q, u = var("s_j"), var("s_k"), var("s_q"), var("s_u")
-    bound, at = sorted_binding()
-    first = Binary("or", Cmp("eq", j, const(0)),
-                   Cmp("ne", _int64(at(keys, Binary("max", Binary("sub", j, const(1)), const(0)))), k))
-    search, run_end = _run_end(j, k, n_e, SYMBOLIC_BITS if symbolic_entries else max(1, n.bit_length()),
-                               lambda ix: _int64(at(keys, ix)), var)
-    # The target is the key's (and the parallel loops'): the same element all along the run, so
-    # the compiler may keep it in a register; the conditions held when the key was made.
-    where = [var("s_t") for _ in axes]
-    at_target = dict(zip(axes, where))
+    def reduce(self):
+        """The first entry of every run, for every value of the parallel loops, combines its run."""
+        nest, keys = self.nest, self.keys
+        j, k, q, u = self.var("s_j"), self.var("s_k"), self.var("s_q"), self.var("s_u")
+        bound, at = self.sorted_binding()
+        first = Binary("or", Cmp("eq", j, const(0)),
+                       Cmp("ne", _int64(at(keys, Binary("max", Binary("sub", j, const(1)), const(0)))), k))
+        levels = SYMBOLIC_BITS if self.symbolic_entries else max(1, nest.n.bit_length())
+        search, run_end = _run_end(j, k, self.n_e, levels, lambda ix: _int64(at(keys, ix)), self.var)
+        target_at, update = self.run_update(j, k, q, u, at)
+        run = Let(search + target_at, For(q, Binary("sub", run_end, j), update))
+        reduce_body = Let(bound + ((k, _int64(at(keys, j))),), If(Binary("and", Cmp("lt", k, self.t_e), first), run))
+        return build_nest([For(j, self.n_e, None, GRID)] + [replace(l, kind=GRID) for l in nest.parallel],
+                          reduce_body)
 
-    def combine(r):
-        ix = tuple(at_target.get(a, x) for a, x in enumerate(r.indices))
-        return Store(r.buffer, ix, Binary(r.combine, Load(r.buffer, ix), r.value))
+    def run_update(self, j, k, q, u, at):
+        """``(target_at, update)``: the target's coordinates, bound from key ``k``; and the update
+        of sorted entry ``j + q`` (the run starts at ``j``), computed from its position ``u`` as
+        the nest computes it and combined into the target."""
+        nest = self.nest
+        # The target is the key's (and the parallel loops'): the same element all along the run, so
+        # the compiler may keep it in a register; the conditions held when the key was made.
+        where = [self.var("s_t") for _ in nest.axes]
+        at_target = dict(zip(nest.axes, where))
 
-    values = _prune_lets(_without_ifs(_replace_group(body, group, sequence(combine(r) for r in reduces))))
-    unflat = unflatten_position(u, [l.extent for l in entry_loops])
-    update = Let(((u, _int64(at(pos, _add(j, q)))),) + tuple((l.var, x) for l, x in zip(entry_loops, unflat)),
-                 values)
-    target_at = tuple(zip(where, unflatten_position(k, [target.buffer.shape[a] for a in axes])))
-    run = Let(search + target_at, For(q, Binary("sub", run_end, j), update))
-    reduce_body = Let(bound + ((k, _int64(at(keys, j))),), If(Binary("and", Cmp("lt", k, t_e), first), run))
-    launches.append(build_nest([For(j, n_e, None, GRID)] + [replace(l, kind=GRID) for l in parallel], reduce_body))
-    return launches, scratch
+        def combine(r):
+            ix = tuple(at_target.get(a, x) for a, x in enumerate(r.indices))
+            return Store(r.buffer, ix, Binary(r.combine, Load(r.buffer, ix), r.value))
+
+        combined = _replace_group(nest.body, nest.group, sequence(combine(r) for r in nest.reduces))
+        values = _prune_lets(_without_ifs(combined))
+        unflat = unflatten_position(u, [l.extent for l in nest.entry_loops])
+        loop_values = tuple((l.var, x) for l, x in zip(nest.entry_loops, unflat))
+        update = Let(((u, _int64(at(self.pos, _add(j, q)))),) + loop_values, values)
+        target_at = tuple(zip(where, unflatten_position(k, [nest.target.buffer.shape[a] for a in nest.axes])))
+        return target_at, update
 
 
 # -- schedule_gpu ---------------------------------------------------------------------------------
