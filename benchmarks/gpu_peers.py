@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from matrix_cells import _scatter_positions, _torch_update
+from matrix_cells import _scatter_positions, torch_scatter
 
 #: dtypes cupyx.scatter_add / scatter_max / scatter_min accept (CuPy raises TypeError otherwise).
 CUPY_SCATTER_DTYPES = {"add": ("float16", "float32", "float64", "int32"),
@@ -251,17 +251,8 @@ def torch_cell(lib: TorchLib, cell, axis, arrays: dict, out_shape):
                                        "index_select(index[:, 0], out=)", lambda n: t.arange(n, device=x.device))
     if not int64:  # torch's scatter_ and index_* take int64 indices only
         return None
-    src = lib.put(arrays["src"])
-    out = t.empty_like(x)
-    if cell.op == "scatter_nd":
-        index = index[:, 0].contiguous()
-    update, note = _torch_update(cell, 0 if cell.op == "scatter_nd" else axis, out, index, src)
-
-    def run():
-        out.copy_(x)
-        update()
-        return out
-    return Peer(run, "copy_ + " + note)
+    run, _, note = torch_scatter(cell, axis, x, index, lib.put(arrays["src"]))
+    return Peer(run, note)
 
 
 def cupy_cell(lib: CupyLib, cell, axis, arrays: dict, out_shape):

@@ -397,6 +397,21 @@ TORCH_METHODS = {"scatter": ("scatter_", "scatter_add_", "scatter_reduce_"),
                  "scatter_nd": ("index_copy_", "index_add_", "index_reduce_")}
 
 
+def torch_scatter(cell: Cell, axis, x, index, src):
+    """PyTorch's version of a scatter cell on tensors of any device: ``(run, out, note)``, where
+    ``run()`` copies ``x`` into the preallocated ``out`` and scatters into it in place."""
+    out = x.new_empty(x.shape)
+    if cell.op == "scatter_nd":
+        index = index[:, 0].contiguous()
+    update, note = _torch_update(cell, 0 if cell.op == "scatter_nd" else axis, out, index, src)
+
+    def run():
+        out.copy_(x)
+        update()
+        return out
+    return run, out, "copy_ + " + note
+
+
 def scatter_peers(case: Case, axis, threads: int):
     x, index, src, cell = case.arrays["x"], case.arrays["index"], case.arrays["src"], case.cell
     pos = _scatter_positions(cell, axis, index)
@@ -418,16 +433,8 @@ def scatter_peers(case: Case, axis, threads: int):
 
     def torch_impl():
         torch = libraries.torch
-        xt, it, st = torch.from_numpy(x), torch.from_numpy(index), torch.from_numpy(src)
-        out = torch.empty_like(xt)
-        if cell.op == "scatter_nd":
-            it = it[:, 0].contiguous()
-        fn, note = _torch_update(cell, 0 if cell.op == "scatter_nd" else axis, out, it, st)
-
-        def run():
-            out.copy_(xt)
-            fn()
-        return Impl("torch", run, out.numpy, "copy_ + " + note)
+        run, out, note = torch_scatter(cell, axis, torch.from_numpy(x), torch.from_numpy(index), torch.from_numpy(src))
+        return Impl("torch", run, out.numpy, note)
 
     peers = [("numpy", numpy_impl)] if cell.reduce != "mean" else []
     if index.dtype == np.int64:  # torch's scatter and index_* take int64 indices only

@@ -10,6 +10,7 @@ processes some tests start; set CINNLITE_NVRTC_CHECK yourself to choose other ar
 """
 import os
 
+import cinnlite as cl
 from cinnlite.runtime import nvrtc
 from cinnlite.runtime.cuda import gpu_available
 
@@ -19,3 +20,18 @@ if gpu_available():  # never raises: no driver, no GPU or no NVRTC all mean Fals
 
 if nvrtc.available():
     os.environ.setdefault("CINNLITE_NVRTC_CHECK", "sm_90,sm_80")
+
+
+def assert_deterministic_cpu_bits(program, feeds, grids):
+    """``deterministic=True`` on the emulated GPU gives the CPU's results bit for bit, on every
+    grid (``exe.max_blocks``), twice each; returns the executable."""
+    want = cl.compile(program, target="cpu").run(feeds)
+    exe = cl.compile(program, target="cuda-emu", deterministic=True)
+    for blocks in grids:
+        exe.max_blocks = blocks
+        for _ in range(2):
+            got = exe.run(feeds)
+            for name in want:
+                assert got[name].dtype == want[name].dtype
+                assert got[name].tobytes() == want[name].tobytes(), f"{name}, {blocks} blocks"
+    return exe

@@ -17,6 +17,8 @@ from cinnlite.errors import CompileError, IndexOutOfRangeError, TargetUnavailabl
 from cinnlite.runtime import cuda as cuda_runtime
 from cinnlite.runtime import cuda_emu
 
+from backends import assert_deterministic_cpu_bits
+
 
 GRIDS = [1, 3, 16, 0, None]  # blocks of 256 threads; 0: a thread per item; None: the default
 
@@ -46,17 +48,8 @@ def reduction_inputs(dtype, seed=0, xshape=(7, 5), ishape=(300, 5)):
 @pytest.mark.parametrize("reduce", ["add", "mul", "max", "min", "mean"])
 @pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
 def test_deterministic_reductions_are_bit_identical_and_match_the_cpu(dtype, reduce):
-    prog = reduction_program(dtype, reduce)
-    feeds = reduction_inputs(dtype)
-    want = cl.compile(prog, target="cpu").run(feeds)
-    exe = cl.compile(prog, target="cuda-emu", deterministic=True)
-    for blocks in GRIDS:
-        exe.max_blocks = blocks
-        for _ in range(2):
-            got = exe.run(feeds)
-            for name in want:
-                # Bit for bit: the order of the combinations is the CPU's row-major order.
-                assert got[name].tobytes() == want[name].tobytes(), f"{name}, {blocks} blocks"
+    # Bit for bit: the order of the combinations is the CPU's row-major order.
+    assert_deterministic_cpu_bits(reduction_program(dtype, reduce), reduction_inputs(dtype), GRIDS)
 
 
 def test_atomic_float_sums_depend_on_the_order_and_stay_close():

@@ -184,3 +184,25 @@ def test_cuda_leaves_the_callers_context_current():
     before = driver.cuCtxGetCurrent()
     gather(x=X, i=I)
     assert driver.cuCtxGetCurrent()[1] == before[1]
+
+
+def test_to_device_names_bad_arguments():
+    gather, _ = (cl.compile(p, target="cuda-emu") for p in chain_programs())
+    with pytest.raises(cl.InputError, match="stream= takes a non-negative int"):
+        gather.to_device(np.zeros(3), stream=-2)
+    with pytest.raises(cl.InputError, match="to_device\\(\\)'s array is in device memory"):
+        gather.to_device(OtherGpuDLPack())
+    kept = np.arange(6.0)
+    copy = gather.to_device(kept)
+    kept[:] = -1  # a copy: the device array keeps what it was given
+    np.testing.assert_array_equal(copy.numpy(), np.arange(6.0))
+
+
+class OtherGpuDLPack:
+    """A DLPack producer whose memory is on a CUDA GPU."""
+
+    def __dlpack__(self, stream=None):
+        raise AssertionError("must not be exported")
+
+    def __dlpack_device__(self):
+        return (2, 0)

@@ -23,6 +23,8 @@ from cinnlite.ir.schedule_gpu import grid_chain
 from cinnlite.ir.transform import top_level, walk_stmt
 from cinnlite.runtime import nvrtc
 
+from backends import assert_deterministic_cpu_bits
+
 GRIDS = [None, 1, 3, 0]  # blocks of 256 threads; 0: a thread per item; None: the default
 
 
@@ -31,17 +33,7 @@ def gpu_kernels(program, deterministic=True):
 
 
 def assert_cpu_bits(program, feeds, grids=GRIDS):
-    """The deterministic emulated GPU gives the CPU's results bit for bit on every grid, twice."""
-    want = cl.compile(program, target="cpu").run(feeds)
-    exe = cl.compile(program, target="cuda-emu", deterministic=True)
-    for blocks in grids:
-        exe.max_blocks = blocks
-        for _ in range(2):
-            got = exe.run(feeds)
-            for name in want:
-                assert got[name].dtype == want[name].dtype
-                assert got[name].tobytes() == want[name].tobytes(), f"{name}, {blocks} blocks"
-    return exe
+    return assert_deterministic_cpu_bits(program, feeds, grids)
 
 
 def values(rng, dtype, shape, reduce):

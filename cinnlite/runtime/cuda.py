@@ -217,6 +217,27 @@ class _Device:
         _check(self.driver, self.driver.cuStreamSynchronize(self.stream(stream)),
                "cuStreamSynchronize (a kernel failed)")
 
+    def event_seconds(self, enqueue, repeat: int, warmup: int) -> list:
+        """Seconds the work ``enqueue()`` queues on the legacy default stream takes, between two
+        CUDA events, ``repeat`` times after ``warmup`` untimed runs (for benchmarks)."""
+        driver, stream = self.driver, self.stream(0)
+        start = _check(driver, driver.cuEventCreate(0), "cuEventCreate")
+        stop = _check(driver, driver.cuEventCreate(0), "cuEventCreate")
+        try:
+            times = []
+            for k in range(warmup + repeat):
+                _check(driver, driver.cuEventRecord(start, stream), "cuEventRecord")
+                enqueue()
+                _check(driver, driver.cuEventRecord(stop, stream), "cuEventRecord")
+                _check(driver, driver.cuEventSynchronize(stop), "cuEventSynchronize")
+                ms = _check(driver, driver.cuEventElapsedTime(start, stop), "cuEventElapsedTime")
+                if k >= warmup:
+                    times.append(float(ms) / 1e3)
+            return times
+        finally:
+            driver.cuEventDestroy(start)
+            driver.cuEventDestroy(stop)
+
     def order(self, producer: int, consumer: int):
         """Make work queued later on ``consumer`` wait for what is queued on ``producer`` now."""
         if _same_stream(producer, consumer):
@@ -254,20 +275,18 @@ def _same_stream(a: int, b: int) -> bool:
 
 
 class CudaMemory:
-    """The bytes of a DeviceArray on a GPU: memory a call allocated (freed when the array goes,
-    ordered after the work of its stream), or the caller's array read in place (``owner``
-    keeps it alive)."""
+    """The bytes of a DeviceArray on a GPU: memory a call (or ``to_device``) allocated, freed
+    when the array goes, ordered after the work of its stream."""
 
     target = "cuda"
 
-    def __init__(self, dev: _Device, ptr, stream: int, owner=None):
-        self.dev, self._ptr, self.stream, self.owner = dev, ptr, stream, owner
+    def __init__(self, dev: _Device, ptr, stream: int):
+        self.dev, self._ptr, self.stream = dev, ptr, stream
         self.device_id = dev.ordinal
         self.dlpack_device = (DL_CUDA, dev.ordinal)
 
     def __del__(self):
-        if self.owner is None:
-            _free_one(self.dev, self._ptr, self.stream)
+        _free_one(self.dev, self._ptr, self.stream)
 
     @property
     def ptr(self) -> int:
@@ -451,15 +470,13 @@ class CUDAExecutable(CUDABaseExecutable):
                 dev.order(got.stream, call.stream)
         return got
 
-    def to_device(self, array, stream=None, device=None):
-        host = np.ascontiguousarray(array)
-        stream = stream or 0
-        dev = _Device.get(device or 0)
+    def _upload(self, host: np.ndarray, stream: int, device: int) -> DeviceArray:
+        dev = _Device.get(device)
         with dev.entered():
-            ptr = dev.alloc(host.nbytes, stream)
-            dev.upload(ptr, host, stream)
+            memory = CudaMemory(dev, dev.alloc(host.nbytes, stream), stream)  # freed if the upload fails
+            dev.upload(memory.ptr, host, stream)
             dev.synchronize(stream)  # the host array may go once this returns
-        return DeviceArray(CudaMemory(dev, ptr, stream), host.shape, host.dtype)
+        return DeviceArray(memory, host.shape, host.dtype)
 
     def _run(self, arrays: dict, plan, outputs: dict | None = None, call: GPUCall | None = None) -> dict:
         call = call or GPUCall()
@@ -562,27 +579,17 @@ class CUDAExecutable(CUDABaseExecutable):
         if plan.specialised is not None:
             return plan.specialised.time_kernels(arrays, repeat, warmup)
         loaded = self._prepare(0)
-        dev, driver = loaded.dev, loaded.dev.driver
+        dev = loaded.dev
         with dev.entered():
             bufs = self._bind(arrays, plan, loaded, 0)
-            start = _check(driver, driver.cuEventCreate(0), "cuEventCreate")
-            stop = _check(driver, driver.cuEventCreate(0), "cuEventCreate")
+
+            def launches():
+                if self.module.num_checks:  # a fresh record, as every call has
+                    dev.upload(bufs.ptrs[_ERRORS], self._new_error_buffer())
+                self._launch_all(bufs, plan, loaded)
             try:
-                times = []
-                for k in range(warmup + repeat):
-                    if self.module.num_checks:
-                        dev.upload(bufs.ptrs[_ERRORS], self._new_error_buffer())
-                    _check(driver, driver.cuEventRecord(start, driver.CUstream(0)), "cuEventRecord")
-                    self._launch_all(bufs, plan, loaded)
-                    _check(driver, driver.cuEventRecord(stop, driver.CUstream(0)), "cuEventRecord")
-                    _check(driver, driver.cuEventSynchronize(stop), "cuEventSynchronize")
-                    ms = _check(driver, driver.cuEventElapsedTime(start, stop), "cuEventElapsedTime")
-                    if k >= warmup:
-                        times.append(float(ms) / 1e3)
-                return times
+                return dev.event_seconds(launches, repeat, warmup)
             finally:
-                driver.cuEventDestroy(start)
-                driver.cuEventDestroy(stop)
                 bufs.release()
 
 
@@ -645,25 +652,11 @@ def _from_dlpack(name: str, value, call: GPUCall) -> _DeviceInput:
 def device_copy_seconds(nbytes: int, repeat: int = 20, device: int = 0) -> list:
     """Seconds for a device-to-device copy of ``nbytes`` (the bandwidth benchmarks compare to)."""
     dev = _Device.get(device)
-    driver = dev.driver
     with dev.entered():
         src, dst = dev.alloc(nbytes), dev.alloc(nbytes)
-        start = _check(driver, driver.cuEventCreate(0), "cuEventCreate")
-        stop = _check(driver, driver.cuEventCreate(0), "cuEventCreate")
         try:
-            times = []
-            for k in range(repeat + 3):
-                _check(driver, driver.cuEventRecord(start, driver.CUstream(0)), "cuEventRecord")
-                dev.copy(dst, src, nbytes)
-                _check(driver, driver.cuEventRecord(stop, driver.CUstream(0)), "cuEventRecord")
-                _check(driver, driver.cuEventSynchronize(stop), "cuEventSynchronize")
-                ms = _check(driver, driver.cuEventElapsedTime(start, stop), "cuEventElapsedTime")
-                if k >= 3:
-                    times.append(float(ms) / 1e3)
-            return times
+            return dev.event_seconds(lambda: dev.copy(dst, src, nbytes), repeat, 3)
         finally:
-            driver.cuEventDestroy(start)
-            driver.cuEventDestroy(stop)
             dev.free(src)
             dev.free(dst)
             dev.synchronize()

@@ -24,7 +24,7 @@ from ..errors import InputError
 from ..ir.loopnest import LoweredProgram
 from . import nvrtc
 from .device_array import check_device_input, device_like
-from .executable import Executable
+from .executable import Executable, host_array
 
 def nvrtc_check_archs() -> tuple:
     """Architectures every compiled CUDA module is also built for with NVRTC (a check that the
@@ -159,7 +159,12 @@ class CUDABaseExecutable(Executable):
 
     def to_device(self, array, stream: int | None = None, device: int | None = None):
         """``array`` (host data) copied once into the target's memory, as a DeviceArray that
-        calls take without copying it again."""
+        calls take without copying it again (``stream=`` and ``device=`` as in ``run``)."""
+        host = np.array(host_array(array, "to_device()'s array"), order="C", copy=True)
+        return self._upload(host, _call_option("stream", stream) or 0, _call_option("device", device) or 0)
+
+    def _upload(self, host: np.ndarray, stream: int, device: int):
+        """A DeviceArray holding a copy of ``host`` (a C-ordered array of its own)."""
         raise NotImplementedError
 
     def ptx(self, arch: str | None = None) -> str:

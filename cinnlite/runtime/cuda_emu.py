@@ -262,9 +262,8 @@ class CUDAEmuExecutable(CUDABaseExecutable):
         raise InputError(f"input '{name}' is in the memory of a GPU ({type(value).__name__}); target 'cuda-emu' "
                          "runs on the host: pass host arrays, or DeviceArrays of this target (exe.to_device)")
 
-    def to_device(self, array, stream=None, device=None):
+    def _upload(self, host: np.ndarray, stream: int, device: int) -> DeviceArray:
         self._new_call({}, stream, device)
-        host = np.array(array, order="C", copy=True)
         return DeviceArray(EmuMemory(host), host.shape, host.dtype)
 
     def _run(self, arrays: dict, plan, outputs: dict | None = None, call: GPUCall | None = None) -> dict:

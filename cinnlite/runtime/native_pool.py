@@ -30,8 +30,6 @@ import sys
 import threading
 import time
 
-import numpy as np
-
 from .workers import start_helpers
 
 #: How long a helper spins for the next stage before it sleeps.
