@@ -190,6 +190,7 @@ def test_sleeping_helpers_are_woken_only_for_stages_longer_than_waking_them():
             for rate in rates:
                 rate.value = 1  # a picosecond per iteration
             assert _until(_all_helpers_asleep)
+            record[native_pool.LAST_END] = 0  # no stage lately: not a stream of calls
             before, record[native_pool.WOKEN_AT] = _posted_stages(), 0
             np.testing.assert_array_equal(exe(x=x, i=i), x[i])
             assert _posted_stages() == before and record[native_pool.WOKEN_AT] == 0 and _all_helpers_asleep()
@@ -208,6 +209,62 @@ def test_sleeping_helpers_are_woken_only_for_stages_longer_than_waking_them():
     finally:
         for k, value in zip(slots, kept):
             record[k] = value
+
+
+@pytest.mark.skipif("not _native()", reason="no futex here: stages split on the Python pool")
+def test_a_quick_stage_right_after_another_wakes_the_helpers_for_the_next():
+    """Calls that follow each other closely are a stream: a stage too quick to wake the
+    sleeping helpers for still runs whole on the caller, but wakes them, so that the next
+    stages find them spinning."""
+    rng = np.random.default_rng(4)
+    x, i = rng.standard_normal((998, 16)).astype(np.float32), rng.integers(0, 998, N)
+    exe = cl.compile(_take_program(998, N), threads=2)
+    np.testing.assert_array_equal(exe(x=x, i=i), x[i])
+    rates, record = _rate_slots(exe), _pool_record()
+    kept = record[native_pool.WAKE_NS], record[native_pool.WAKE_CALL_NS]
+    try:
+        record[native_pool.WAKE_NS] = record[native_pool.WAKE_CALL_NS] = 10**9
+        for rate in rates:
+            rate.value = 1
+        assert _until(_all_helpers_asleep)
+        record[native_pool.LAST_END] = time.monotonic_ns()  # a stage ended just now
+        before = _posted_stages()
+        np.testing.assert_array_equal(exe(x=x, i=i), x[i])
+        assert _posted_stages() == before  # run whole on the caller...
+        assert record[native_pool.WAKE_CALL_NS] < 10**9  # ...after waking the helpers
+        assert _until(lambda: record[native_pool.WAKE_NS] < 10**9)
+    finally:
+        record[native_pool.WAKE_NS], record[native_pool.WAKE_CALL_NS] = kept
+
+
+def test_helpers_are_bound_to_the_cores_after_the_first():
+    """Helper k runs on the (k+1)-th core the process may use (round), the caller's thread is
+    left alone, and ``CINNLITE_BIND_THREADS=0`` (or a single core) binds nothing."""
+    assert [native_pool.helper_core(k, [3, 5, 8]) for k in range(4)] == [5, 8, 3, 5]
+    assert native_pool.helper_core(0, [2]) is None and native_pool.helper_core(0, None) is None
+
+
+@pytest.mark.skipif("not _native()", reason="no futex here: stages split on the Python pool")
+@pytest.mark.parametrize("bind", ["1", "0"])
+def test_native_helpers_run_on_their_own_core_unless_told_not_to(bind):
+    import os
+    import subprocess
+    import sys
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("one core: nothing to bind helpers to")
+    code = (
+        "import os, threading, numpy as np, cinnlite as cl\n"
+        "from cinnlite import NetBuilder\n"
+        "b = NetBuilder('t'); x = b.create_input('float32', (64, 16), 'x')\n"
+        f"i = b.create_input('int64', ({N},), 'i'); prog = b.build([b.take(x, i, axis=0)])\n"
+        f"cl.compile(prog, threads=2)(x=np.ones((64, 16), np.float32), i=np.zeros({N}, np.int64))\n"
+        "helpers = [t for t in threading.enumerate() if t.name.startswith('cinnlite-native-worker')]\n"
+        "print((sorted(os.sched_getaffinity(0)), [sorted(os.sched_getaffinity(t.native_id)) for t in helpers]))\n")
+    env = dict(os.environ, CINNLITE_BIND_THREADS=bind)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    caller, helpers = eval(out)  # noqa: S307 - our own two lists
+    assert len(helpers) == 1 and caller == sorted(os.sched_getaffinity(0))
+    assert helpers[0] == ([caller[1]] if bind == "1" else caller)
 
 
 def test_threads_calling_at_once_all_get_their_own_right_results():
