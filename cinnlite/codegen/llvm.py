@@ -416,6 +416,8 @@ class _KernelEmitter:
                 op = {"add": "add", "mul": "mul", "max": "max", "min": "min"}[s.combine]
                 value = self.binary(op, s.buffer.dtype, old, value)
             self.store(s.buffer, s.indices, value)
+        elif isinstance(s, If) and s.orelse is None and isinstance(s.then, FlagIndexError):
+            self.flag_if(self.expr(s.cond))
         elif isinstance(s, If):
             cond = self.expr(s.cond)
             if s.orelse is None:
@@ -474,6 +476,16 @@ class _KernelEmitter:
         b.branch(head)
         b.position_at_end(done)
         del self.vars[s.var]
+
+    def flag_if(self, cond):
+        """``if cond: flag`` without a branch: the flag ORs in ``FLAGGED`` where ``cond`` holds.
+        A loop then carries an OR reduction, which LLVM vectorises whatever the bounds compared
+        (a conditional store of FLAGGED became a select it did not recognise when the bounds were
+        symbolic sizes, and the whole loop stayed scalar)."""
+        b = self.b
+        slot = self.flag_slot()
+        bit = b.select(cond, ir.Constant(I32, FLAGGED), ir.Constant(I32, 0))
+        b.store(b.or_(b.load(slot, typ=I32), bit), slot)
 
     def flag_slot(self):
         if not hasattr(self, "_flag"):
