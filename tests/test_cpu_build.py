@@ -97,3 +97,54 @@ def test_a_cache_hit_neither_optimises_nor_generates_code(cache_dir, monkeypatch
     loading[0] = False
     # The optimised module and its assembly are made again when asked for, and are the same.
     assert exe.source("llvm_opt") == opt_text and exe.source("asm") == asm
+
+
+def _far_gather_programs():
+    """A take of rows from a 4 MB table (every index reaches all of it), a take along the last
+    axis of the same table (each index reaches one 8 KB row) and a symbolic-size take."""
+    b = cl.NetBuilder("far")
+    x = b.create_input("float32", (512, 2048), "x")
+    i = b.create_input("int32", (64, 2048), "i")
+    far = b.build([b.gather(x, i, axis=0)])
+    b = cl.NetBuilder("near")
+    x = b.create_input("float32", (512, 2048), "x")
+    j = b.create_input("int64", (100,), "j")
+    near = b.build([b.take(x, j, axis=1)])
+    b = cl.NetBuilder("unknown")
+    x = b.create_input("float32", ("N",), "x")
+    j = b.create_input("int64", (100,), "j")
+    unknown = b.build([b.take(x, j)])
+    return far, near, unknown
+
+
+def test_gather_reach_is_what_a_data_index_can_address():
+    """``gather_reach``: the extent times the stride (bytes) of every dimension a loaded index
+    selects in an innermost loop, the largest; None for a symbolic extent."""
+    from cinnlite.ir.schedule_cpu import gather_reach
+    from cinnlite.ir.transform import kernel_stages
+
+    reaches = []
+    for prog in _far_gather_programs():
+        exe = cl.compile(prog, target="cpu")
+        stages = [s for k in exe.lowered.kernels for s in kernel_stages(k)]
+        reaches.append(max((r for r in map(gather_reach, stages) if r is not None), default=None)
+                       if all(gather_reach(s) is not None for s in stages) else None)
+    assert reaches == [512 * 2048 * 4, 2048 * 4, None]
+
+
+def test_far_reaching_gathers_get_the_gather_features(monkeypatch):
+    """Where the host's gathers are microcoded, a stage whose gathers reach beyond the L2 cache
+    is compiled with the features that allow vector gathers; one within it, or of a symbolic
+    reach, keeps the module's. Results are the same either way."""
+    monkeypatch.setattr(cpu_backend, "far_gathers", lambda: (cpu._host()[2].replace(",+prefer-no-gather", ""),
+                                                             1 << 20))
+    far, near, unknown = _far_gather_programs()
+    marked = []
+    for prog in (far, near, unknown):
+        exe = cl.compile(prog, target="cpu", cache=False)
+        marked.append('"target-features"=' in exe.source("llvm"))
+    assert marked == [True, False, False]
+    rng = np.random.default_rng(8)
+    x, i = rng.standard_normal((512, 2048)).astype(np.float32), rng.integers(-512, 512, (64, 2048)).astype(np.int32)
+    exe = cl.compile(far, target="cpu", cache=False)
+    np.testing.assert_array_equal(exe(x=x, i=i), np.take_along_axis(x, i % 512, axis=0))

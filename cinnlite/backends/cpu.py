@@ -10,7 +10,7 @@ from ..codegen.llvm import LLVMRenderer
 from ..ir.passes import remove_unit_loops, simplify, verify
 from ..ir.schedule_cpu import defer_index_checks, schedule_cpu
 from ..runtime.cpu import (MAX_OBJECT_ARGS, CPUExecutable, array_data_offset, build_from_entry, build_module,
-                           host_environment, host_target)
+                           far_gathers, host_environment, host_target)
 from .base import Backend, Compilation, CompileOptions
 
 
@@ -32,7 +32,7 @@ class CPUBackend(Backend):
         table = job.lowered.buffer_table()
         offset = array_data_offset() if len(table) <= MAX_OBJECT_ARGS else None
         triple, data_layout = host_target()
-        return LLVMRenderer(triple, data_layout, array_data_offset=offset)
+        return LLVMRenderer(triple, data_layout, array_data_offset=offset, far_gathers=far_gathers())
 
     def build(self, job: Compilation):
         rendered = job.rendered

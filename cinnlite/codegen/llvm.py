@@ -23,7 +23,7 @@ from ..dtypes import DType, float16, float32
 from ..ir.loopnest import (Binary, Buffer, Cast, Cmp, Const, FlagIndexError, Math, For, If, Let, Load,
                            LoweredProgram, Reduce, ReportIndexError, Select, Seq, Store, Var)
 from ..ir.passes import RANGE_BEGIN, RANGE_END
-from ..ir.schedule_cpu import PARALLEL_MIN_WORK, stage_extent, stage_work
+from ..ir.schedule_cpu import PARALLEL_MIN_WORK, gather_reach, stage_extent, stage_work
 from ..ir.symbolic import is_symbol_load
 from ..ir.transform import buffers_of, kernel_stages, map_stmt, walk_stmt
 from .error_record import FIRST_FAILURE
@@ -561,10 +561,25 @@ class LLVMRenderer(Renderer):
     #: Takes the numpy array objects themselves (see ``array_data_offset``).
     objects_entry = "cinnlite_main_objects"
 
-    def __init__(self, triple: str = "", data_layout: str = "", array_data_offset: int | None = None):
+    def __init__(self, triple: str = "", data_layout: str = "", array_data_offset: int | None = None,
+                 far_gathers: tuple | None = None):
         self.triple = triple
         self.data_layout = data_layout
         self.array_data_offset = array_data_offset
+        #: (target features, bytes): a stage whose gathers reach further than the bytes is
+        #: compiled with the features (``runtime/cpu.py: far_gathers``).
+        self.far_gathers = far_gathers
+
+    def _mark_far_gathers(self, fn, stage):
+        """Give a stage whose gathers reach beyond ``far_gathers``' bytes its target features
+        (``schedule_cpu.gather_reach``; a symbolic reach keeps the module's)."""
+        if self.far_gathers is None:
+            return
+        features, limit = self.far_gathers
+        reach = gather_reach(stage)
+        if reach is not None and reach > limit:
+            # llvmlite knows no string attributes; LLVM reads this one off the definition.
+            set.add(fn.attributes, f'"target-features"="{features}"')
 
     def render(self, program: LoweredProgram) -> LLVMModule:
         return LLVMModule(program.name, self._module_text(program), self.array_data_offset)
@@ -592,6 +607,7 @@ class LLVMRenderer(Renderer):
                 self._nothing_to_do(module, info.symbol)
                 continue
             fn = _KernelEmitter(module, stage, slots, info.symbol, domain).emit()
+            self._mark_far_gathers(fn, stage)
             # A symbolic extent: the stage's own loop bound ends it (see ``loop``).
             end = info.extent if isinstance(info.extent, int) else 2**63 - 1
             args = [main.args[0], ir.Constant(I64, 0), ir.Constant(I64, end), main.args[1]]

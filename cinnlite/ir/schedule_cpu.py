@@ -456,6 +456,33 @@ def stage_work(stage):
     return work(stage)
 
 
+def gather_reach(stage):
+    """How far a gather of the stage's innermost loops reaches: over every load there whose index
+    in some dimension reads data (another buffer), that dimension's extent times its stride, in
+    bytes, the largest. 0 where no innermost loop loads through data; None where such an extent
+    is a symbolic size (known only at the call).
+
+    Why: a vector gather from a span that caches hold (one row of a take along the last axis)
+    is slower on some CPUs than the scalar loads the vectoriser builds a vector from lane by
+    lane, and faster from a span beyond them (rows picked from a whole table), where those
+    loads miss the cache in a long dependent series of extracts and inserts."""
+    reach = 0
+    for loop in walk_stmt(stage):
+        if not isinstance(loop, For) or any(isinstance(x, For) for x in walk_stmt(loop.body)):
+            continue
+        for load in (x for s in walk_stmt(loop.body) for e in stmt_exprs(s) for x in walk_expr(e)):
+            if not isinstance(load, Load):
+                continue
+            shape, strides = load.buffer.shape, load.buffer.strides
+            for index, extent, stride in zip(load.indices, shape, strides):
+                if not any(isinstance(x, Load) and not is_symbol_load(x) for x in walk_expr(index)):
+                    continue
+                if not (isinstance(extent, int) and isinstance(stride, int)):
+                    return None
+                reach = max(reach, extent * stride * load.buffer.dtype.itemsize)
+    return reach
+
+
 def dim_sum(sizes):
     """The sum of sizes (ints or int64 expressions), an int when every one is."""
     out = 0

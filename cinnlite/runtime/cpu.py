@@ -117,6 +117,38 @@ def _slow_vector_memory(cpu: str) -> str:
     return ",+prefer-no-gather,+prefer-no-scatter" if cpu.startswith(_MICROCODED_GATHER_PREFIXES) else ""
 
 
+def far_gathers() -> tuple | None:
+    """Where this CPU's vector gathers are microcoded (``_slow_vector_memory``): the target
+    features of a stage whose gathers reach beyond the L2 cache (all of the host's, gathers
+    allowed), and that cache's size in bytes; see ``schedule_cpu.gather_reach``. None where
+    gathers are allowed everywhere already. On a Zen 4, with vector gathers, a gather of 1 M
+    float32 elements along axis 0 of a 2 MB table ran in 0.97 ms instead of 1.21 ms, a take of
+    a flattened 2 MB one in 0.83-0.96 ms instead of 1.10-1.18, and a take along the last axis,
+    each row 32 KB, in 0.62 ms instead of 0.50 (which keeps its scalar loads)."""
+    _, cpu, features = _host()
+    if not _slow_vector_memory(cpu):
+        return None
+    return features.replace(",+prefer-no-gather", ""), _l2_cache_bytes()
+
+
+@functools.lru_cache(maxsize=None)
+def _l2_cache_bytes() -> int:
+    """The size of this CPU's level-2 cache (Linux's sysfs), else 1 MiB."""
+    root = "/sys/devices/system/cpu/cpu0/cache"
+    try:
+        for entry in sorted(os.listdir(root)):
+            with open(os.path.join(root, entry, "level")) as f:
+                if f.read().strip() != "2":
+                    continue
+            with open(os.path.join(root, entry, "size")) as f:
+                text = f.read().strip().upper()
+            scale = {"K": 1 << 10, "M": 1 << 20}.get(text[-1:], 1)
+            return int(text.rstrip("KM")) * scale
+    except (OSError, ValueError):
+        pass
+    return 1 << 20
+
+
 def host_target_machine(opt: int = 3):
     """A new target machine for this CPU at optimisation level ``opt``."""
     llvm = _llvm()
@@ -232,7 +264,8 @@ def host_environment_uncached() -> dict:
     triple, cpu, features = _host()
     return {"cpu": cpu, "features": features, "triple": triple, "llvmlite": llvmlite.__version__,
             "llvm": ".".join(map(str, llvm.llvm_version_info)), "cinnlite": __version__,
-            "array_data_offset": array_data_offset(), "compiler_source": compiler_source_digest()}
+            "array_data_offset": array_data_offset(), "compiler_source": compiler_source_digest(),
+            "l2_cache_bytes": _l2_cache_bytes()}
 
 
 _llvm()  # the CPU is the default target: pay LLVM's start-up at import, not at first compile
