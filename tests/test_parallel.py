@@ -330,3 +330,30 @@ def test_a_row_is_initialised_and_updated_in_one_stage(threads, reduce, start):
         exe(**{**inputs, "idx": bad})
     assert info.value.position == (50, 7)
 
+
+
+def test_updates_of_single_elements_stay_serial_and_slices_split_by_row():
+    """A scatter whose updates each touch one element (along axis 0) runs serially: split by
+    row, every chunk would read every index again for one element each. Updates of row slices
+    (scatter_nd of rows) split by row. Both equal numpy."""
+    rng = np.random.default_rng(12)
+    b = NetBuilder("elements")
+    x = b.create_input("float32", (300, 4), "x")
+    i = b.create_input("int64", (N // 4, 4), "i")
+    u = b.create_input("float32", (N // 4, 4), "u")
+    elements = cl.compile(b.build([b.scatter(x, i, u, axis=0, reduce="add")]), threads=2)
+    b = NetBuilder("slices")
+    x2 = b.create_input("float32", (300, 4), "x")
+    j = b.create_input("int64", (N // 4, 1), "j")
+    v = b.create_input("float32", (N // 4, 4), "u")
+    slices = cl.compile(b.build([b.scatter_nd(x2, j, v, reduce="add")]), threads=2)
+    kinds = lambda exe: {info.kind for info, _ in exe._stages}  # noqa: E731
+    assert "parallel_rows" not in kinds(elements) and "parallel_rows" in kinds(slices)
+    xv = rng.standard_normal((300, 4)).astype(np.float32)
+    iv, uv = rng.integers(0, 300, (N // 4, 4)), rng.standard_normal((N // 4, 4)).astype(np.float32)
+    expected = xv.astype(np.float64).copy()
+    np.add.at(expected, (iv, np.arange(4)[None, :]), uv)
+    np.testing.assert_allclose(elements(x=xv, i=iv, u=uv), expected, rtol=1e-4, atol=1e-4)
+    expected = xv.astype(np.float64).copy()
+    np.add.at(expected, iv[:, 0], uv)
+    np.testing.assert_allclose(slices(x=xv, j=iv[:, :1], u=uv), expected, rtol=1e-4, atol=1e-4)
