@@ -9,8 +9,9 @@ they spin for ``SPIN_US`` after every stage (the next stage of a call, or the ne
 them awake), then sleep on a futex. The caller posts a stage, takes chunks itself next to the
 helpers, and waits by spinning for the last chunk; it never waits for a helper to wake: a stage
 is split into one chunk per thread, claimed from a shared counter, and a chunk no helper has
-claimed yet is the caller's to run once it is done with its own. Nothing in a stage touches
-Python or the GIL. Posting a stage uses a sequence number (odd while the stage is being
+claimed yet is the caller's to run once it is done with its own. Each helper is bound to a
+core of its own (``helper_core``), so that the kernel does not wake it onto the caller's.
+Nothing in a stage touches Python or the GIL. Posting a stage uses a sequence number (odd while the stage is being
 written): a helper that saw an older stage and joins late finds it finished and leaves; the
 caller writes a new stage only once no helper is inside the previous one.
 
@@ -499,8 +500,9 @@ def _ir_text(machine: str) -> str:
                  TABLE=TABLE, ERR_BASE=ERR_BASE, ERR_SIZE=ERR_SIZE, STATUSES=STATUSES, EXTENT=EXTENT, CHUNKS=CHUNKS,
                  HELPERS=HELPERS, SPINS=SPINS, STARTED=STARTED, WAKE_NS=WAKE_NS, WOKEN_AT=WOKEN_AT, HELPED=HELPED,
                  WAKE_CALL_NS=WAKE_CALL_NS, LAST_END=LAST_END)
-    return _IR.format(pause_decl=pause_decl, pause=pause, futex=_FUTEX[machine], stream_ns=2 * SPIN_US * 1000, record=FIRST_FAILURE.size,
-                      record_bytes=FIRST_FAILURE.nbytes, error=ERROR, flagged=FLAGGED, ok=OK, **slots)
+    return _IR.format(pause_decl=pause_decl, pause=pause, futex=_FUTEX[machine], stream_ns=2 * SPIN_US * 1000,
+                      record=FIRST_FAILURE.size, record_bytes=FIRST_FAILURE.nbytes, error=ERROR, flagged=FLAGGED,
+                      ok=OK, **slots)
 
 
 class NativePool:
