@@ -136,8 +136,7 @@ def test_far_reaching_gathers_get_the_gather_features(monkeypatch):
     """Where the host's gathers are microcoded, a stage whose gathers reach beyond the L2 cache
     is compiled with the features that allow vector gathers; one within it, or of a symbolic
     reach, keeps the module's. Results are the same either way."""
-    monkeypatch.setattr(cpu_backend, "far_gathers", lambda: (cpu._host()[2].replace(",+prefer-no-gather", ""),
-                                                             1 << 20))
+    monkeypatch.setattr(cpu_backend, "far_gathers", lambda: (cpu._host()[2].replace(cpu.NO_GATHERS, ""), 1 << 20))
     far, near, unknown = _far_gather_programs()
     marked = []
     for prog in (far, near, unknown):

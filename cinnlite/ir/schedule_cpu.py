@@ -17,8 +17,7 @@ from dataclasses import replace
 from .loopnest import (Binary, Cmp, Const, FlagIndexError, For, If, Kernel, Let, Load, Reduce, ReportIndexError,
                        Select, Seq, Store, Var, as_expr, dim_mul, let, logical_and)
 from .passes import RANGE_BEGIN, RANGE_END, simplify_expr
-from .symbolic import is_symbol_load
-from .transform import (buffers_of, expr_vars, kernel_stages, loads_of, map_expr, map_stmt, stmt_exprs,
+from .transform import (buffers_of, data_loads, expr_vars, kernel_stages, loads_of, map_expr, map_stmt, stmt_exprs,
                         substitute, substitute_expr, walk_expr, walk_stmt, written_buffers)
 
 #: A stage splits across threads only from this many innermost iterations: below it, handing
@@ -495,7 +494,7 @@ def gather_reach(stage):
                 continue
             shape, strides = load.buffer.shape, load.buffer.strides
             for index, extent, stride in zip(load.indices, shape, strides):
-                if not any(isinstance(x, Load) and not is_symbol_load(x) for x in walk_expr(index)):
+                if not data_loads(index):
                     continue
                 if not (isinstance(extent, int) and isinstance(stride, int)):
                     return None
@@ -523,7 +522,7 @@ def _check_nest(stage):
     if not (isinstance(s, If) and s.orelse is None and isinstance(s.then, ReportIndexError)):
         return None
     # The sizes a symbolic bound reads are loop-invariant scalars, not a second index.
-    loads = {x for x in walk_expr(s.cond) if isinstance(x, Load) and not is_symbol_load(x)}
+    loads = set(data_loads(s.cond))
     if len(loads) != 1:
         return None
     (load,) = loads

@@ -10,6 +10,7 @@ here is bounded by the size of one operator's expressions, never by the size of 
 """
 from __future__ import annotations
 
+from .symbolic import is_symbol_load
 from .loopnest import (Binary, Cast, Cmp, Const, Expr, FlagIndexError, For, If, Let, Load, Math, Reduce,
                        ReportIndexError, Select, Seq, Store, Var, as_expr, const, dim_mul)
 
@@ -238,6 +239,12 @@ def stmt_vars(s) -> set:
 
 
 # -- buffers -----------------------------------------------------------------------------------------
+
+
+def data_loads(e) -> list:
+    """The loads of ``e`` that read data: every load but the reads of symbolic sizes (which are
+    loop-invariant scalars)."""
+    return [x for x in walk_expr(e) if isinstance(x, Load) and not is_symbol_load(x)]
 
 
 def loads_of(e, name: str) -> list:

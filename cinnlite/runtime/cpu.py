@@ -109,12 +109,14 @@ def _host() -> tuple:
 #: loads and stores they stand for: AMD's Zen cores (a take along the last axis, 1 M float32
 #: elements, ran in 838 us with AVX-512 gathers and 376 us without, on a Zen 4).
 _MICROCODED_GATHER_PREFIXES = ("znver",)
+#: The LLVM features that keep the vectoriser from gathers, and from scatters.
+NO_GATHERS, NO_SCATTERS = ",+prefer-no-gather", ",+prefer-no-scatter"
 
 
 def _slow_vector_memory(cpu: str) -> str:
     """LLVM target features that keep the vectoriser from gathers and scatters where they are
     slower than scalar memory accesses (it still vectorises the index arithmetic around them)."""
-    return ",+prefer-no-gather,+prefer-no-scatter" if cpu.startswith(_MICROCODED_GATHER_PREFIXES) else ""
+    return NO_GATHERS + NO_SCATTERS if cpu.startswith(_MICROCODED_GATHER_PREFIXES) else ""
 
 
 def far_gathers() -> tuple | None:
@@ -128,7 +130,7 @@ def far_gathers() -> tuple | None:
     _, cpu, features = _host()
     if not _slow_vector_memory(cpu):
         return None
-    return features.replace(",+prefer-no-gather", ""), _l2_cache_bytes()
+    return features.replace(NO_GATHERS, ""), _l2_cache_bytes()
 
 
 @functools.lru_cache(maxsize=None)
