@@ -75,6 +75,56 @@ def test_folded_check_reports_the_first_bad_position(threads):
     assert info.value.position == (700, 8) and info.value.value == 99
 
 
+def take_rows_exe(rows, threads=1, symbolic=False, middle=False):
+    """A take of 8-wide rows (along the middle axis of a 3-D tensor where ``middle``): a loop
+    that tests one index per iteration and then copies a slice."""
+    b = NetBuilder("rows")
+    shape = (3, 50, 8) if middle else (50, 8)
+    x = b.create_input("float32", shape, "x")
+    i = b.create_input("int64", ("R",) if symbolic else (rows,), "i")
+    return cl.compile(b.build([b.take(x, i, axis=1 if middle else 0)]), threads=threads, cache=False)
+
+
+def check_blocks(exe):
+    """The loops of an executable's kernels that hold nothing but an index flag."""
+    from cinnlite.ir.loopnest import FlagIndexError
+    return [loop for k in exe.lowered.kernels for loop in walk_stmt(k.body)
+            if isinstance(loop, For) and isinstance(loop.body, If) and isinstance(loop.body.then, FlagIndexError)]
+
+
+@pytest.mark.parametrize("rows", [64 * 40, 64 * 40 + 13, 100])
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("symbolic", [False, True])
+@pytest.mark.parametrize("middle", [False, True])
+def test_slice_loops_test_their_indices_in_blocks(rows, threads, symbolic, middle):
+    """Each block of 64 slices is preceded by a loop that only tests their 64 indices; the
+    results, and the first bad position reported, are those of numpy's take whatever block
+    (the last, shorter one included) holds the bad value."""
+    exe = take_rows_exe(rows, threads, symbolic, middle)
+    blocks = check_blocks(exe)
+    assert len(blocks) == 1 and not isinstance(blocks[0].body.cond, Const)
+    extent = blocks[0].extent
+    assert extent == Const(64) or (isinstance(extent, Binary) and extent.op == "min" and Const(64) in (extent.a, extent.b))
+    axis = 1 if middle else 0
+    x = np.arange(3 * 400 if middle else 400, dtype=np.float32).reshape((3, 50, 8) if middle else (50, 8))
+    i = np.random.default_rng(rows).integers(-50, 50, rows)
+    np.testing.assert_array_equal(exe(x=x, i=i), np.take(x, i, axis=axis))
+    for bad in ({rows - 1: 50}, {0: -51, rows - 1: 99}, {rows // 2: 77, rows - 2: -60}):
+        j = i.copy()
+        for k, v in bad.items():
+            j[k] = v
+        with pytest.raises(cl.IndexOutOfRangeError) as info:
+            exe(x=x, i=j)
+        first = min(bad)
+        assert info.value.position == (first,) and info.value.value == bad[first]
+
+
+def test_element_loops_keep_their_flag_beside_the_element():
+    """A gather of single elements has no slice loop to block: LLVM vectorises its flag with
+    the elements."""
+    assert check_blocks(cl.compile(gather_program(n=(4000, 10)), cache=False)) == []
+
+
 def test_checks_of_values_read_under_a_condition_stay_eager():
     """In message passing the gathered rows are read only for the updates of a thread's rows,
     so the source index is not read whole by the update loop: its check must stay in front."""

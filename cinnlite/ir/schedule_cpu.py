@@ -17,8 +17,8 @@ from dataclasses import replace
 from .loopnest import (Binary, Cmp, Const, FlagIndexError, For, If, Kernel, Let, Load, Reduce, ReportIndexError,
                        Select, Seq, Store, Var, as_expr, dim_mul, let, logical_and)
 from .passes import RANGE_BEGIN, RANGE_END, simplify_expr
-from .transform import (buffers_of, data_loads, expr_vars, kernel_stages, loads_of, map_expr, map_stmt, stmt_exprs,
-                        substitute, substitute_expr, walk_expr, walk_stmt, written_buffers)
+from .transform import (buffers_of, data_loads, expr_vars, kernel_stages, loads_of, map_expr, map_stmt, sequence,
+                        stmt_exprs, substitute, substitute_expr, walk_expr, walk_stmt, written_buffers)
 
 #: A stage splits across threads only from this many innermost iterations: below it, handing
 #: chunks to other threads costs more than it saves.
@@ -30,6 +30,10 @@ PARALLEL_MIN_WORK = 1 << 15
 REDUCE_BLOCK_BYTES = 256
 #: At most this many rows of a narrow row reduction are interleaved (see ``_tile_rows``).
 TILE_MAX_ROWS = 8
+#: A loop that tests one index per iteration for ``mode="raise"`` and then moves a whole slice
+#: runs in blocks of this many iterations (see ``_check_in_blocks``): 512 bytes of int64
+#: indices, which stay in L1 between the block's tests and its slices.
+CHECK_BLOCK = 64
 
 # -- schedule_cpu -------------------------------------------------------------------------------
 
@@ -457,13 +461,22 @@ def _size(extent):
     return extent.value if isinstance(extent, Const) else extent
 
 
+def _constant_bound(extent):
+    """The constant of ``min(constant, x)`` (the last block of a blocked loop), else ``extent``."""
+    if isinstance(extent, Binary) and extent.op == "min":
+        bounds = [x for x in (extent.a, extent.b) if isinstance(x, Const)]
+        if bounds:
+            return bounds[0]
+    return extent
+
+
 def stage_work(stage):
     """How many innermost iterations a stage runs: decides whether threads pay off. An int, or
     an int64 expression of the symbolic sizes (loop extents inside a symbolic loop that depend
-    on its variable count as 1)."""
+    on its variable count as 1, or as their constant bound: ``min(64, n - 64 b)`` as 64)."""
     def work(s):
         if isinstance(s, For):
-            extent = _size(s.extent)
+            extent = _size(_constant_bound(s.extent))
             return dim_mul(extent if isinstance(extent, int) or not expr_vars(extent) else 1, work(s.body))
         if isinstance(s, Seq):
             return dim_sum([work(x) for x in s.stmts])
@@ -638,6 +651,51 @@ def _hoist_flags(loop: For, is_flag):
     return Seq(tuple(hoisted) + (replace(loop, body=rest),))
 
 
+def _is_flag(s) -> bool:
+    return isinstance(s, If) and isinstance(s.then, FlagIndexError)
+
+
+def _check_in_blocks(loop):
+    """``for i { flags(i); slice(i) }``, where ``slice`` holds a loop (a row copied or updated),
+    as ``for b { for c < K { flags(bK + c) }; for r < K { slice(bK + r) } }`` (``CHECK_BLOCK``;
+    the last block shorter where ``K`` does not divide the extent). Other statements are
+    returned as they are.
+
+    Why: the flag tested row by row is a handful of scalar instructions in a loop that is
+    otherwise one vector load and store per row, and it slowed such loops by a fifth to a
+    quarter (a gather of 64-byte rows, 4 M elements, one thread: 2.5 ms against 2.0 ms with no
+    test at all). A block's tests are one vectorised pass over indices that stay in L1 for its
+    rows, which then copy with no test: within a few percent of no test. Element loops (no loop
+    under the flag) are left alone: LLVM vectorises their flag with the elements."""
+    if not isinstance(loop, For):
+        return loop
+    stmts = list(loop.body.stmts) if isinstance(loop.body, Seq) else [loop.body]
+    n = 0
+    while n < len(stmts) and _is_flag(stmts[n]) and loop.var in expr_vars(stmts[n].cond):
+        n += 1
+    flags, rest = stmts[:n], stmts[n:]
+    if not flags or not any(isinstance(x, For) for s in rest for x in walk_stmt(s)):
+        return loop
+    extent = loop.extent
+    if isinstance(extent, Const) and extent.value <= CHECK_BLOCK:
+        return loop
+    name = loop.var.name
+    block = Var(f"{name}_cblock")
+    first = Binary("mul", block, Const(CHECK_BLOCK))
+    if isinstance(extent, Const):
+        blocks = Const(-(-extent.value // CHECK_BLOCK))
+    else:
+        blocks = Binary("div", Binary("add", extent, Const(CHECK_BLOCK - 1)), Const(CHECK_BLOCK))
+    if isinstance(extent, Const) and extent.value % CHECK_BLOCK == 0:
+        count = Const(CHECK_BLOCK)
+    else:
+        count = Binary("min", Const(CHECK_BLOCK), Binary("sub", extent, first))
+
+    def over(var, part):
+        return For(var, count, substitute(sequence(part), {loop.var: Binary("add", first, var)}))
+    return For(block, blocks, Seq((over(Var(f"{name}_check"), flags), over(Var(f"{name}_slice"), rest))), loop.kind)
+
+
 def _can_report(stage) -> bool:
     """Whether running ``stage`` may report an index error."""
     return any(isinstance(x, ReportIndexError) for x in walk_stmt(stage))
@@ -666,7 +724,8 @@ def defer_index_checks(kernel: Kernel) -> Kernel:
                 if not isinstance(later, For) or _can_report(later):
                     break
                 if _covers(later, index):
-                    stages[j] = _flag_loads(later, index, cond, check_id)
+                    flagged = _flag_loads(later, index, cond, check_id)
+                    stages[j] = _rewrite_loops(flagged, _check_in_blocks, _is_flag)
                     stages.insert(j + 1, replace(stage, kind="deferred_check"))
                     del stages[k]
                     break
