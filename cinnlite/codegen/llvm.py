@@ -23,7 +23,7 @@ from ..dtypes import DType, float16, float32
 from ..ir.loopnest import (Binary, Buffer, Cast, Cmp, Const, FlagIndexError, Math, For, If, Let, Load,
                            LoweredProgram, Reduce, ReportIndexError, Select, Seq, Store, Var)
 from ..ir.passes import RANGE_BEGIN, RANGE_END
-from ..ir.schedule_cpu import PARALLEL_MIN_WORK, gather_reach, stage_extent, stage_work
+from ..ir.schedule_cpu import PARALLEL_MIN_WORK, gather_reach, narrow_gathers, stage_extent, stage_work
 from ..ir.symbolic import is_symbol_load
 from ..ir.transform import buffers_of, kernel_stages, map_stmt, walk_stmt
 from .error_record import FIRST_FAILURE
@@ -571,13 +571,14 @@ class LLVMRenderer(Renderer):
         self.far_gathers = far_gathers
 
     def _mark_far_gathers(self, fn, stage):
-        """Give a stage whose gathers reach beyond ``far_gathers``' bytes its target features
-        (``schedule_cpu.gather_reach``; a symbolic reach keeps the module's)."""
+        """Give a stage whose gathers reach beyond ``far_gathers``' bytes, or gather 32 bits by 32,
+        its target features (``schedule_cpu.gather_reach``, ``narrow_gathers``; a symbolic
+        reach keeps the module's)."""
         if self.far_gathers is None:
             return
         features, limit = self.far_gathers
         reach = gather_reach(stage)
-        if reach is not None and reach > limit:
+        if reach is not None and reach > limit or narrow_gathers(stage):
             # llvmlite knows no string attributes; LLVM reads this one off the definition.
             set.add(fn.attributes, f'"target-features"="{features}"')
 
