@@ -149,25 +149,31 @@ def test_far_reaching_gathers_get_the_gather_features(monkeypatch):
     np.testing.assert_array_equal(exe(x=x, i=i), np.take_along_axis(x, i % 512, axis=0))
 
 
-@pytest.mark.parametrize("dtype, index_dtype, narrow", [
-    ("float32", "int32", True), ("int32", "int32", True), ("float32", "int64", False),
-    ("float64", "int32", False), ("int64", "int64", False), ("float16", "int32", False)])
-def test_gathers_of_32_bits_by_32_get_the_gather_features_near_too(monkeypatch, dtype, index_dtype, narrow):
-    """A gather along the last axis (each index reaches one 8 KB row or less, within the L2
-    cache) gets the features that allow vector gathers only where it reads 32-bit data through
-    32-bit indices (``narrow_gathers``); the result is numpy's either way."""
-    from cinnlite.ir.schedule_cpu import narrow_gathers
+@pytest.mark.parametrize("dtype, index_dtype, axis, attribute", [
+    ("float32", "int32", 1, "target-features"), ("int32", "int32", 1, "target-features"),
+    ("float32", "int64", 1, None), ("float64", "int32", 1, "prefer-vector-width"),
+    ("int64", "int64", 1, "prefer-vector-width"), ("int64", "int64", 0, None), ("float16", "int32", 1, None)])
+def test_near_gathers_get_the_attributes_their_lanes_call_for(monkeypatch, dtype, index_dtype, axis, attribute):
+    """Within the L2 cache, a gather gets the features that allow vector gathers only where it
+    reads 32-bit data through 32-bit indices (``narrow_gathers``), and the vectoriser's
+    lane-by-lane gathers prefer 256-bit vectors only for 64-bit data along a row
+    (``wide_row_gathers``: along the last axis, not the first); results are numpy's."""
+    from cinnlite.ir.schedule_cpu import narrow_gathers, wide_row_gathers
     from cinnlite.ir.transform import kernel_stages
 
     monkeypatch.setattr(cpu_backend, "far_gathers", lambda: (cpu._host()[2].replace(cpu.NO_GATHERS, ""), 1 << 20))
+    shape = (64, 1024) if axis == 1 else (100, 16)
     b = cl.NetBuilder("near")
-    x = b.create_input(dtype, (64, 1024), "x")
-    i = b.create_input(index_dtype, (64, 3000), "i")
-    exe = cl.compile(b.build([b.gather(x, i, axis=1)]), target="cpu", cache=False)
+    x = b.create_input(dtype, shape, "x")
+    i = b.create_input(index_dtype, (shape[0] * 2, shape[1]) if axis == 0 else (64, 3000), "i")
+    exe = cl.compile(b.build([b.gather(x, i, axis=axis)]), target="cpu", cache=False)
     stages = [s for k in exe.lowered.kernels for s in kernel_stages(k)]
-    assert any(map(narrow_gathers, stages)) == narrow
-    assert ('"target-features"=' in exe.source("llvm")) == narrow
+    assert any(map(narrow_gathers, stages)) == (attribute == "target-features")
+    assert any(map(wide_row_gathers, stages)) == (attribute == "prefer-vector-width")
+    text = exe.source("llvm")
+    assert [a for a in ("target-features", "prefer-vector-width") if f'"{a}"=' in text] == [attribute] * bool(attribute)
     rng = np.random.default_rng(3)
-    xs = (rng.standard_normal((64, 1024)) * 100).astype(dtype)
-    idx = rng.integers(-1024, 1024, (64, 3000)).astype(index_dtype)
-    np.testing.assert_array_equal(exe(x=xs, i=idx), np.take_along_axis(xs, idx.astype(np.int64) % 1024, axis=1))
+    xs = (rng.standard_normal(shape) * 100).astype(dtype)
+    n = shape[axis]
+    idx = rng.integers(-n, n, (shape[0] * 2, shape[1]) if axis == 0 else (64, 3000)).astype(index_dtype)
+    np.testing.assert_array_equal(exe(x=xs, i=idx), np.take_along_axis(xs, idx.astype(np.int64) % n, axis=axis))

@@ -23,7 +23,8 @@ from ..dtypes import DType, float16, float32
 from ..ir.loopnest import (Binary, Buffer, Cast, Cmp, Const, FlagIndexError, Math, For, If, Let, Load,
                            LoweredProgram, Reduce, ReportIndexError, Select, Seq, Store, Var)
 from ..ir.passes import RANGE_BEGIN, RANGE_END
-from ..ir.schedule_cpu import PARALLEL_MIN_WORK, gather_reach, narrow_gathers, stage_extent, stage_work
+from ..ir.schedule_cpu import (PARALLEL_MIN_WORK, gather_reach, narrow_gathers, stage_extent, stage_work,
+                               wide_row_gathers)
 from ..ir.symbolic import is_symbol_load
 from ..ir.transform import buffers_of, kernel_stages, map_stmt, walk_stmt
 from .error_record import FIRST_FAILURE
@@ -570,17 +571,21 @@ class LLVMRenderer(Renderer):
         #: compiled with the features (``runtime/cpu.py: far_gathers``).
         self.far_gathers = far_gathers
 
-    def _mark_far_gathers(self, fn, stage):
-        """Give a stage whose gathers reach beyond ``far_gathers``' bytes, or gather 32 bits by 32,
-        its target features (``schedule_cpu.gather_reach``, ``narrow_gathers``; a symbolic
-        reach keeps the module's)."""
+    def _mark_gathers(self, fn, stage):
+        """Where ``far_gathers`` is set (the host's vector gathers are microcoded): give a stage
+        whose gathers reach beyond its bytes, or gather 32 bits by 32, its target features
+        (``schedule_cpu.gather_reach``, ``narrow_gathers``; a symbolic reach keeps the module's);
+        a stage whose 64-bit gathers along a row the vectoriser builds lane by lane prefers
+        256-bit vectors (``wide_row_gathers``)."""
         if self.far_gathers is None:
             return
         features, limit = self.far_gathers
         reach = gather_reach(stage)
+        # llvmlite knows no string attributes; LLVM reads these off the definition.
         if reach is not None and reach > limit or narrow_gathers(stage):
-            # llvmlite knows no string attributes; LLVM reads this one off the definition.
             set.add(fn.attributes, f'"target-features"="{features}"')
+        elif wide_row_gathers(stage):
+            set.add(fn.attributes, '"prefer-vector-width"="256"')
 
     def render(self, program: LoweredProgram) -> LLVMModule:
         return LLVMModule(program.name, self._module_text(program), self.array_data_offset)
@@ -608,7 +613,7 @@ class LLVMRenderer(Renderer):
                 self._nothing_to_do(module, info.symbol)
                 continue
             fn = _KernelEmitter(module, stage, slots, info.symbol, domain).emit()
-            self._mark_far_gathers(fn, stage)
+            self._mark_gathers(fn, stage)
             # A symbolic extent: the stage's own loop bound ends it (see ``loop``).
             end = info.extent if isinstance(info.extent, int) else 2**63 - 1
             args = [main.args[0], ir.Constant(I64, 0), ir.Constant(I64, end), main.args[1]]

@@ -489,30 +489,34 @@ def stage_work(stage):
 
 
 def _gathers(stage):
-    """``(load, dimension)`` for every load in the stage's innermost loops whose index in that
-    dimension reads data (another buffer): the loads a vectoriser turns into gathers."""
+    """``(load, dimension, index)`` for every load in the stage's innermost loops whose index in
+    that dimension reads data (another buffer) and changes with the loop: the loads a
+    vectoriser turns into gathers (a row copy, whose index is fixed across its loop, is not
+    one). ``index`` is written without the loop's Let variables."""
     for loop in walk_stmt(stage):
         if not isinstance(loop, For) or any(isinstance(x, For) for x in walk_stmt(loop.body)):
             continue
+        values = _let_values(loop.body)
         for load in (x for s in walk_stmt(loop.body) for e in stmt_exprs(s) for x in walk_expr(e)):
-            if isinstance(load, Load):
-                for dim, index in enumerate(load.indices):
-                    if data_loads(index):
-                        yield load, dim
+            if not isinstance(load, Load):
+                continue
+            for dim, index in enumerate(load.indices):
+                index = substitute_expr(index, values)
+                if data_loads(index) and loop.var in expr_vars(index):
+                    yield load, dim, index
 
 
 def gather_reach(stage):
-    """How far a gather of the stage's innermost loops reaches: over every load there whose index
-    in some dimension reads data (another buffer), that dimension's extent times its stride, in
-    bytes, the largest. 0 where no innermost loop loads through data; None where such an extent
-    is a symbolic size (known only at the call).
+    """How far a gather of the stage's innermost loops reaches (``_gathers``): that dimension's
+    extent times its stride, in bytes, the largest. 0 where the stage gathers nothing; None
+    where such an extent is a symbolic size (known only at the call).
 
     Why: a vector gather from a span that caches hold (one row of a take along the last axis)
     is slower on some CPUs than the scalar loads the vectoriser builds a vector from lane by
     lane, and faster from a span beyond them (rows picked from a whole table), where those
     loads miss the cache in a long dependent series of extracts and inserts."""
     reach = 0
-    for load, dim in _gathers(stage):
+    for load, dim, _ in _gathers(stage):
         extent, stride = load.buffer.shape[dim], load.buffer.strides[dim]
         if not (isinstance(extent, int) and isinstance(stride, int)):
             return None
@@ -532,9 +536,26 @@ def narrow_gathers(stage) -> bool:
     many lanes per gather and gained nothing consistent below the L2 size (64-bit data along a
     middle axis lost a fifth), so they keep the reach rule."""
     found = False
-    for load, dim in _gathers(stage):
-        index_width = max(x.buffer.dtype.itemsize for x in data_loads(load.indices[dim]))
+    for load, _, index in _gathers(stage):
+        index_width = max(x.buffer.dtype.itemsize for x in data_loads(index))
         if load.buffer.dtype.itemsize != 4 or index_width != 4:
+            return False
+        found = True
+    return found
+
+
+def wide_row_gathers(stage) -> bool:
+    """Whether the stage gathers, and every gather reads 64-bit data along a dimension of unit
+    stride (elements of one row, as a gather or take along the last axis does).
+
+    Why: where the vectoriser builds such gathers lane by lane (``gather_reach``), a 512-bit
+    vector of 64-bit lanes costs cross-lane extracts and the registers to spill them, and
+    256-bit vectors ran faster (1 M int64 or float64 elements along the last axis, one or two
+    threads: 5-16 % in three runs); with 32-bit lanes, or along a strided dimension (a middle
+    axis), they ran 5-14 % slower."""
+    found = False
+    for load, dim, _ in _gathers(stage):
+        if load.buffer.dtype.itemsize != 8 or load.buffer.strides[dim] != 1:
             return False
         found = True
     return found
