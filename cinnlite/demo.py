@@ -194,8 +194,12 @@ class BasicBlock:
     def has_vector_code(self) -> bool:
         return any(_VECTOR_TYPE.search(line) for line in self.lines)
 
+    def has_vector_stores(self) -> bool:
+        return any(_VECTOR_STORE.search(line) for line in self.lines)
+
 
 _VECTOR_TYPE = re.compile(r"<\d+ x ")
+_VECTOR_STORE = re.compile(r"^\s*store <\d+ x ")
 _LABEL = re.compile(r"^([-\w.$]+):")
 _METADATA = re.compile(r", ![\w.]+ !\d+")      # ", !alias.scope !21": for the optimiser, not the reader
 
@@ -240,11 +244,15 @@ def natural_loops(blocks: list[BasicBlock]) -> list[set[str]]:
 
 def hot_loop_blocks(blocks: list[BasicBlock]) -> tuple[list[BasicBlock], int]:
     """The blocks worth reading in a stage function: those with vector code in the innermost loop
-    that has any (else that loop's blocks), with one copy of a body the unroller repeated.
-    Returns the blocks and how many copies of them the loop holds."""
+    that stores vectors (else that has any vector code; else that loop's blocks: a loop that only
+    tests indices, ahead of the loop that moves the data, is not the one to show), with one copy
+    of a body the unroller repeated. Returns the blocks and how many copies of them the loop
+    holds."""
     vector = {b.label for b in blocks if b.has_vector_code()}
+    stores = {b.label for b in blocks if b.has_vector_stores()}
     loops = natural_loops(blocks)
-    candidates = [loop for loop in loops if loop & vector] or loops or [{b.label for b in blocks}]
+    candidates = ([loop for loop in loops if loop & stores] or [loop for loop in loops if loop & vector] or loops
+                  or [{b.label for b in blocks}])
     loop = min(candidates, key=len)
     keep = (loop & vector) or loop
     chosen = [b for b in blocks if b.label in keep]

@@ -177,3 +177,22 @@ def test_near_gathers_get_the_attributes_their_lanes_call_for(monkeypatch, dtype
     n = shape[axis]
     idx = rng.integers(-n, n, (shape[0] * 2, shape[1]) if axis == 0 else (64, 3000)).astype(index_dtype)
     np.testing.assert_array_equal(exe(x=xs, i=idx), np.take_along_axis(xs, idx.astype(np.int64) % n, axis=axis))
+
+
+def test_a_gather_through_fused_lets_is_seen_as_one():
+    """A take of a take, fused: the outer gather's index is a Let of the inner one's value, and
+    ``gather_reach`` sees through it (in time linear in the chain, ``test_compiler_scaling``)."""
+    from cinnlite.ir.schedule_cpu import gather_reach
+    from cinnlite.ir.transform import kernel_stages
+
+    b = cl.NetBuilder("chain")
+    x = b.create_input("float32", (4096,), "x")
+    i = b.create_input("int32", (1000,), "i")
+    j = b.create_input("int32", (50, 3000), "j")
+    exe = cl.compile(b.build([b.take(x, b.take(i, j))]), target="cpu", cache=False)
+    stages = [s for k in exe.lowered.kernels for s in kernel_stages(k)]
+    assert max(map(gather_reach, stages)) == 4096 * 4
+    xs = np.arange(4096, dtype=np.float32)
+    iv = np.random.default_rng(1).integers(0, 4096, 1000).astype(np.int32)
+    jv = np.random.default_rng(2).integers(0, 1000, (50, 3000)).astype(np.int32)
+    np.testing.assert_array_equal(exe(x=xs, i=iv, j=jv), xs[iv[jv]])

@@ -17,6 +17,7 @@ from dataclasses import replace
 from .loopnest import (Binary, Cmp, Const, FlagIndexError, For, If, Kernel, Let, Load, Reduce, ReportIndexError,
                        Select, Seq, Store, Var, as_expr, dim_mul, let, logical_and)
 from .passes import RANGE_BEGIN, RANGE_END, simplify_expr
+from .symbolic import is_symbol_load
 from .transform import (buffers_of, data_loads, expr_vars, kernel_stages, loads_of, map_expr, map_stmt, sequence,
                         stmt_exprs, substitute, substitute_expr, walk_expr, walk_stmt, written_buffers)
 
@@ -489,21 +490,40 @@ def stage_work(stage):
 
 
 def _gathers(stage):
-    """``(load, dimension, index)`` for every load in the stage's innermost loops whose index in
-    that dimension reads data (another buffer) and changes with the loop: the loads a
+    """``(load, dimension, index width)`` for every load in the stage's innermost loops whose
+    index in that dimension reads data (another buffer) and changes with the loop: the loads a
     vectoriser turns into gathers (a row copy, whose index is fixed across its loop, is not
-    one). ``index`` is written without the loop's Let variables."""
+    one). The index width is the widest element of data the index reads, in bytes; both are
+    found through the loop's Lets too."""
     for loop in walk_stmt(stage):
         if not isinstance(loop, For) or any(isinstance(x, For) for x in walk_stmt(loop.body)):
             continue
-        values = _let_values(loop.body)
+        facts: dict = {}
+        for st in walk_stmt(loop.body):
+            if isinstance(st, Let):
+                for var, value in st.bindings:
+                    facts[var] = _index_facts(value, facts)
         for load in (x for s in walk_stmt(loop.body) for e in stmt_exprs(s) for x in walk_expr(e)):
-            if not isinstance(load, Load):
-                continue
-            for dim, index in enumerate(load.indices):
-                index = substitute_expr(index, values)
-                if data_loads(index) and loop.var in expr_vars(index):
-                    yield load, dim, index
+            if isinstance(load, Load):
+                for dim, index in enumerate(load.indices):
+                    width, uses = _index_facts(index, facts)
+                    if width and loop.var in uses:
+                        yield load, dim, width
+
+
+def _index_facts(e, facts: dict):
+    """(the widest element of data ``e`` reads, in bytes, 0 for none; the variables it uses),
+    through the Let variables that ``facts`` describes (in time linear in the bindings, where
+    writing the values out would grow with every link of a chain of fused gathers)."""
+    width, uses = 0, set()
+    for x in walk_expr(e):
+        if isinstance(x, Load) and not is_symbol_load(x):
+            width = max(width, x.buffer.dtype.itemsize)
+        elif isinstance(x, Var) and x in facts:
+            width, uses = max(width, facts[x][0]), uses | facts[x][1]
+        elif isinstance(x, Var):
+            uses.add(x)
+    return width, frozenset(uses)
 
 
 def gather_reach(stage):
@@ -536,8 +556,7 @@ def narrow_gathers(stage) -> bool:
     many lanes per gather and gained nothing consistent below the L2 size (64-bit data along a
     middle axis lost a fifth), so they keep the reach rule."""
     found = False
-    for load, _, index in _gathers(stage):
-        index_width = max(x.buffer.dtype.itemsize for x in data_loads(index))
+    for load, _, index_width in _gathers(stage):
         if load.buffer.dtype.itemsize != 4 or index_width != 4:
             return False
         found = True
