@@ -142,5 +142,5 @@ def test_the_hot_stage_of_message_passing_is_the_update_loop():
     stage, place = hottest_stage(exe)
     assert stage.kind == "parallel_rows" and stage.kernel == "scatter_nd_0"
     nest = fold_other_stages(kernel_text(exe.source("lowered"), stage.kernel), place)
-    assert "for i2 in 0..100000 {  # parallel_rows" in nest and nest.count("{ ... }") == 3
+    assert "for i2_cblock in 0..1563 {  # parallel_rows" in nest and nest.count("{ ... }") == 3
     assert function_blocks(exe.source("llvm_opt"), stage.symbol)
