@@ -648,6 +648,10 @@ def _covers(stage, index: Load) -> bool:
                for (p, _), values in groups.items())
 
 
+def _is_flag(s) -> bool:
+    return isinstance(s, If) and isinstance(s.then, FlagIndexError)
+
+
 def _flag_loads(stage, index: Load, cond, check_id):
     """Before every statement that loads the index buffer unconditionally, flag an
     out-of-range value (``_covers`` has proven those loads reach every element, so loads
@@ -670,9 +674,6 @@ def _flag_loads(stage, index: Load, cond, check_id):
                     out.append(flag)
         return out
 
-    def is_flag(s):
-        return isinstance(s, If) and isinstance(s.then, FlagIndexError)
-
     def visit(s, seen, top=False):
         """``seen``: the conditions flags in front of ``s`` already test. Every flag raises the
         same stage-wide status, so one flag per condition is enough, and flags (which load the
@@ -682,17 +683,17 @@ def _flag_loads(stage, index: Load, cond, check_id):
         an inner loop that copies a slice stays a plain, vectorisable copy."""
         if isinstance(s, For):
             loop = replace(s, body=visit(s.body, set()))
-            return loop if top else _hoist_flags(loop, is_flag)
+            return loop if top else _hoist_flags(loop)
         if isinstance(s, Seq):
             out = []
             for x in s.stmts:
-                if is_flag(x):
+                if _is_flag(x):
                     seen.add(x.cond)
                     out.append(x)
                 else:
                     out.append(visit(x, seen))
             return Seq(tuple(out))
-        if is_flag(s):
+        if _is_flag(s):
             return s
         flags = [f for f in flags_for(s) if f.cond not in seen]
         seen.update(f.cond for f in flags)
@@ -701,23 +702,19 @@ def _flag_loads(stage, index: Load, cond, check_id):
     return visit(stage, set(), top=True)
 
 
-def _hoist_flags(loop: For, is_flag):
+def _hoist_flags(loop: For):
     """``loop`` with the flags at the head of its body that do not use its variable moved in
     front of it. (A flag raised for a loop that runs zero times only costs the deferred check a
     run that finds nothing.)"""
     body = loop.body
     stmts = list(body.stmts) if isinstance(body, Seq) else [body]
     hoisted = []
-    while stmts and is_flag(stmts[0]) and loop.var not in expr_vars(stmts[0].cond):
+    while stmts and _is_flag(stmts[0]) and loop.var not in expr_vars(stmts[0].cond):
         hoisted.append(stmts.pop(0))
     if not hoisted or not stmts:
         return loop
     rest = stmts[0] if len(stmts) == 1 else Seq(tuple(stmts))
     return Seq(tuple(hoisted) + (replace(loop, body=rest),))
-
-
-def _is_flag(s) -> bool:
-    return isinstance(s, If) and isinstance(s.then, FlagIndexError)
 
 
 def _check_in_blocks(loop):
