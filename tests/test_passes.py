@@ -92,25 +92,38 @@ def check_blocks(exe):
             if isinstance(loop, For) and isinstance(loop.body, If) and isinstance(loop.body.then, FlagIndexError)]
 
 
-@pytest.mark.parametrize("rows", [64 * 40, 64 * 40 + 13, 100])
+def expected_block(rows, symbolic, middle):
+    """The block ``_block_size`` picks: 64 in an inner loop; in the stage's own loop (split
+    across threads) at most rows / 64, so that at least 64 blocks are shared out, and none
+    below 8; for a symbolic size, an expression."""
+    if symbolic:
+        return "symbolic"
+    size = 64 if middle else min(64, rows // 64)
+    return size if size >= 8 and rows > size else None
+
+
+@pytest.mark.parametrize("rows", [64 * 40, 64 * 64 * 3 + 13, 100])
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("symbolic", [False, True])
 @pytest.mark.parametrize("middle", [False, True])
 def test_slice_loops_test_their_indices_in_blocks(rows, threads, symbolic, middle):
-    """Each block of 64 slices is preceded by a loop that only tests their 64 indices; the
-    results, and the first bad position reported, are those of numpy's take whatever block
-    (the last, shorter one included) holds the bad value."""
+    """A block of slices is preceded by a loop that only tests their indices; the results, and
+    the first bad position reported, are those of numpy's take whatever block (the last,
+    shorter one included) holds the bad value, for every size of a symbolic program."""
     exe = take_rows_exe(rows, threads, symbolic, middle)
     blocks = check_blocks(exe)
-    assert len(blocks) == 1 and not isinstance(blocks[0].body.cond, Const)
-    extent = blocks[0].extent
-    assert extent == Const(64) or (isinstance(extent, Binary) and extent.op == "min" and Const(64) in (extent.a, extent.b))
+    want = expected_block(rows, symbolic, middle)
+    assert len(blocks) == (want is not None)
+    if isinstance(want, int):
+        extent = blocks[0].extent
+        assert extent == Const(want) or (isinstance(extent, Binary) and extent.op == "min" and Const(want) in (extent.a, extent.b))
     axis = 1 if middle else 0
     x = np.arange(3 * 400 if middle else 400, dtype=np.float32).reshape((3, 50, 8) if middle else (50, 8))
-    i = np.random.default_rng(rows).integers(-50, 50, rows)
-    np.testing.assert_array_equal(exe(x=x, i=i), np.take(x, i, axis=axis))
+    for n in ([rows] if not symbolic else [rows, 0, 1, 65, 129]):
+        i = np.random.default_rng(n).integers(-50, 50, n)
+        np.testing.assert_array_equal(exe(x=x, i=i), np.take(x, i, axis=axis))
     for bad in ({rows - 1: 50}, {0: -51, rows - 1: 99}, {rows // 2: 77, rows - 2: -60}):
-        j = i.copy()
+        j = i.copy() if not symbolic else np.random.default_rng(rows).integers(-50, 50, rows)
         for k, v in bad.items():
             j[k] = v
         with pytest.raises(cl.IndexOutOfRangeError) as info:
@@ -119,10 +132,20 @@ def test_slice_loops_test_their_indices_in_blocks(rows, threads, symbolic, middl
         assert info.value.position == (first,) and info.value.value == bad[first]
 
 
+def test_a_split_loop_keeps_blocks_enough_for_every_thread():
+    """The stage's own loop is what threads share: blocked, it keeps at least 64 blocks."""
+    for rows in (600, 4096, 5000, 100000):
+        (block,) = check_blocks(take_rows_exe(rows))
+        stage = next(s for k in take_rows_exe(rows).lowered.kernels for s in k.body.stmts
+                     if isinstance(s, For) and s.kind == "parallel")
+        assert stage.extent.value >= 64 and stage.extent.value * 64 >= rows
+
+
 def test_element_loops_keep_their_flag_beside_the_element():
     """A gather of single elements has no slice loop to block: LLVM vectorises its flag with
     the elements."""
-    assert check_blocks(cl.compile(gather_program(n=(4000, 10)), cache=False)) == []
+    exe = cl.compile(gather_program(n=(4000, 10)), cache=False)
+    assert "flag_index_error" in exe.source("lowered") and check_blocks(exe) == []
 
 
 def test_checks_of_values_read_under_a_condition_stay_eager():

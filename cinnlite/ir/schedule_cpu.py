@@ -35,6 +35,10 @@ TILE_MAX_ROWS = 8
 #: runs in blocks of this many iterations (see ``_check_in_blocks``): 512 bytes of int64
 #: indices, which stay in L1 between the block's tests and its slices.
 CHECK_BLOCK = 64
+#: A stage's own loop, which the runtime splits across threads, keeps at least this many
+#: blocks (shorter ones where it is short), so that threads still share it evenly; below
+#: ``MIN_CHECK_BLOCK`` iterations a block does not pay for its loop.
+SPLIT_BLOCKS, MIN_CHECK_BLOCK = 64, 8
 
 # -- schedule_cpu -------------------------------------------------------------------------------
 
@@ -462,10 +466,11 @@ def _size(extent):
     return extent.value if isinstance(extent, Const) else extent
 
 
-def _constant_bound(extent):
-    """The constant of ``min(constant, x)`` (the last block of a blocked loop), else ``extent``."""
+def _invariant_bound(extent):
+    """Of ``min(k, x)`` (the last block of a blocked loop), the operand ``k`` that uses no loop
+    variable (a number, or an expression of the symbolic sizes); else ``extent``."""
     if isinstance(extent, Binary) and extent.op == "min":
-        bounds = [x for x in (extent.a, extent.b) if isinstance(x, Const)]
+        bounds = [x for x in (extent.a, extent.b) if not expr_vars(x)]
         if bounds:
             return bounds[0]
     return extent
@@ -474,10 +479,10 @@ def _constant_bound(extent):
 def stage_work(stage):
     """How many innermost iterations a stage runs: decides whether threads pay off. An int, or
     an int64 expression of the symbolic sizes (loop extents inside a symbolic loop that depend
-    on its variable count as 1, or as their constant bound: ``min(64, n - 64 b)`` as 64)."""
+    on its variable count as 1, or as their bound: ``min(64, n - 64 b)`` as 64)."""
     def work(s):
         if isinstance(s, For):
-            extent = _size(_constant_bound(s.extent))
+            extent = _size(_invariant_bound(s.extent))
             return dim_mul(extent if isinstance(extent, int) or not expr_vars(extent) else 1, work(s.body))
         if isinstance(s, Seq):
             return dim_sum([work(x) for x in s.stmts])
@@ -719,7 +724,7 @@ def _hoist_flags(loop: For):
 
 def _check_in_blocks(loop):
     """``for i { flags(i); slice(i) }``, where ``slice`` holds a loop (a row copied or updated),
-    as ``for b { for c < K { flags(bK + c) }; for r < K { slice(bK + r) } }`` (``CHECK_BLOCK``;
+    as ``for b { for c < K { flags(bK + c) }; for r < K { slice(bK + r) } }`` (``_block_size``;
     the last block shorter where ``K`` does not divide the extent). Other statements are
     returned as they are.
 
@@ -736,26 +741,40 @@ def _check_in_blocks(loop):
     while n < len(stmts) and _is_flag(stmts[n]) and loop.var in expr_vars(stmts[n].cond):
         n += 1
     flags, rest = stmts[:n], stmts[n:]
-    if not flags or not any(isinstance(x, For) for s in rest for x in walk_stmt(s)):
+    size = _block_size(loop)
+    if not flags or size is None or not any(isinstance(x, For) for s in rest for x in walk_stmt(s)):
         return loop
-    extent = loop.extent
-    if isinstance(extent, Const) and extent.value <= CHECK_BLOCK:
-        return loop
-    name = loop.var.name
+    extent, name = loop.extent, loop.var.name
     block = Var(f"{name}_cblock")
-    first = Binary("mul", block, Const(CHECK_BLOCK))
+    first = Binary("mul", block, size)
     if isinstance(extent, Const):
-        blocks = Const(-(-extent.value // CHECK_BLOCK))
+        blocks = Const(-(-extent.value // size.value))
     else:
-        blocks = Binary("div", Binary("add", extent, Const(CHECK_BLOCK - 1)), Const(CHECK_BLOCK))
-    if isinstance(extent, Const) and extent.value % CHECK_BLOCK == 0:
-        count = Const(CHECK_BLOCK)
+        blocks = Binary("div", Binary("add", extent, Binary("sub", size, Const(1))), size)
+    if isinstance(extent, Const) and extent.value % size.value == 0:
+        count = size
     else:
-        count = Binary("min", Const(CHECK_BLOCK), Binary("sub", extent, first))
+        count = Binary("min", size, Binary("sub", extent, first))
 
     def over(var, part):
         return For(var, count, substitute(sequence(part), {loop.var: Binary("add", first, var)}))
     return For(block, blocks, Seq((over(Var(f"{name}_check"), flags), over(Var(f"{name}_slice"), rest))), loop.kind)
+
+
+def _block_size(loop):
+    """How many iterations of ``loop`` a block of ``_check_in_blocks`` takes (a Const, or an
+    expression of the symbolic sizes), or None where the loop is too short to block.
+    ``CHECK_BLOCK``, except in a loop the runtime splits across threads (not serial), whose
+    blocks are what threads share: there at most a ``SPLIT_BLOCKS``-th of the extent (200 rows
+    in blocks of 64 would be four shares, two of them uneven, for any number of threads)."""
+    extent, split = loop.extent, loop.kind != "serial"
+    if isinstance(extent, Const):
+        size = min(CHECK_BLOCK, extent.value // SPLIT_BLOCKS) if split else CHECK_BLOCK
+        return Const(size) if size >= MIN_CHECK_BLOCK and extent.value > size else None
+    if not split:
+        return Const(CHECK_BLOCK)
+    share = Binary("max", Const(1), Binary("div", extent, Const(SPLIT_BLOCKS)))
+    return Binary("min", Const(CHECK_BLOCK), share)
 
 
 def _can_report(stage) -> bool:

@@ -34,8 +34,10 @@ def shape_tuple_text(shape: tuple) -> str:
     return "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
 
 
-#: The arithmetic of loop-nest sizes (never negative, so a quotient is C's as well as Python's).
-_SIZE_OPS = {"add": operator.add, "sub": operator.sub, "mul": operator.mul, "div": operator.floordiv}
+#: The arithmetic of loop-nest sizes (never negative, so a quotient is C's as well as Python's),
+#: as ``codegen/llvm_sizes.py`` renders it.
+_SIZE_OPS = {"add": operator.add, "sub": operator.sub, "mul": operator.mul, "div": operator.floordiv,
+             "min": min, "max": max}
 
 
 def size_value(d, values: dict) -> int:
