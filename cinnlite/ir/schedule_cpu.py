@@ -17,9 +17,8 @@ from dataclasses import replace
 from .loopnest import (Binary, Cmp, Const, FlagIndexError, For, If, Kernel, Let, Load, Reduce, ReportIndexError,
                        Select, Seq, Store, Var, as_expr, dim_mul, let, logical_and)
 from .passes import RANGE_BEGIN, RANGE_END, simplify_expr
-from .symbolic import is_symbol_load
-from .transform import (buffers_of, data_loads, expr_vars, kernel_stages, loads_of, map_expr, map_stmt, sequence,
-                        stmt_exprs, substitute, substitute_expr, walk_expr, walk_stmt, written_buffers)
+from .transform import (buffers_of, data_loads, expr_vars, is_data_load, kernel_stages, loads_of, map_expr, map_stmt,
+                        sequence, stmt_exprs, substitute, substitute_expr, walk_expr, walk_stmt, written_buffers)
 
 #: A stage splits across threads only from this many innermost iterations: below it, handing
 #: chunks to other threads costs more than it saves.
@@ -522,7 +521,7 @@ def _index_facts(e, facts: dict):
     writing the values out would grow with every link of a chain of fused gathers)."""
     width, uses = 0, set()
     for x in walk_expr(e):
-        if isinstance(x, Load) and not is_symbol_load(x):
+        if is_data_load(x):
             width = max(width, x.buffer.dtype.itemsize)
         elif isinstance(x, Var) and x in facts:
             width, uses = max(width, facts[x][0]), uses | facts[x][1]
@@ -764,10 +763,12 @@ def _check_in_blocks(loop):
 def _block_size(loop):
     """How many iterations of ``loop`` a block of ``_check_in_blocks`` takes (a Const, or an
     expression of the symbolic sizes), or None where the loop is too short to block.
-    ``CHECK_BLOCK``, except in a loop the runtime splits across threads (not serial), whose
+    ``CHECK_BLOCK``, except in a loop the runtime splits across threads (``parallel``), whose
     blocks are what threads share: there at most a ``SPLIT_BLOCKS``-th of the extent (200 rows
-    in blocks of 64 would be four shares, two of them uneven, for any number of threads)."""
-    extent, split = loop.extent, loop.kind != "serial"
+    in blocks of 64 would be four shares, two of them uneven, for any number of threads). A
+    ``parallel_rows`` loop is split by output row, each chunk walking every update: its blocks
+    are not shared out."""
+    extent, split = loop.extent, loop.kind == "parallel"
     if isinstance(extent, Const):
         size = min(CHECK_BLOCK, extent.value // SPLIT_BLOCKS) if split else CHECK_BLOCK
         return Const(size) if size >= MIN_CHECK_BLOCK and extent.value > size else None

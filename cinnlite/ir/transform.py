@@ -241,10 +241,15 @@ def stmt_vars(s) -> set:
 # -- buffers -----------------------------------------------------------------------------------------
 
 
+def is_data_load(x) -> bool:
+    """Whether ``x`` is a load that reads data: any load but a read of a symbolic size (a
+    loop-invariant scalar)."""
+    return isinstance(x, Load) and not is_symbol_load(x)
+
+
 def data_loads(e) -> list:
-    """The loads of ``e`` that read data: every load but the reads of symbolic sizes (which are
-    loop-invariant scalars)."""
-    return [x for x in walk_expr(e) if isinstance(x, Load) and not is_symbol_load(x)]
+    """The loads of ``e`` that read data (``is_data_load``)."""
+    return [x for x in walk_expr(e) if is_data_load(x)]
 
 
 def loads_of(e, name: str) -> list:
