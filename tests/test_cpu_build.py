@@ -149,6 +149,51 @@ def test_far_reaching_gathers_get_the_gather_features(monkeypatch):
     np.testing.assert_array_equal(exe(x=x, i=i), np.take_along_axis(x, i % 512, axis=0))
 
 
+def _defined_attributes(text: str) -> dict:
+    """Function name -> whether its definition allows vector gathers, for an LLVM module's text."""
+    return {line.split('@"')[1].split('"')[0]: '"target-features"=' in line
+            for line in text.splitlines() if line.startswith("define")}
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_far_gathers_split_across_threads_are_built_lane_by_lane(monkeypatch, threads):
+    """A stage whose gathers reach far, through 64-bit indices, one coordinate each, runs whole
+    with vector gathers and in chunks on threads from a copy of it without them
+    (``threaded_gathers``); a gather of index tuples keeps vector gathers both ways, in one
+    function. Results are numpy's on one thread and two, from small calls (run whole) and big
+    ones (split), with a bad index reported from either."""
+    from cinnlite.ir.schedule_cpu import threaded_gathers, tuple_gathers
+    from cinnlite.ir.transform import kernel_stages
+
+    monkeypatch.setattr(cpu_backend, "far_gathers", lambda: (cpu._host()[2].replace(cpu.NO_GATHERS, ""), 1 << 20))
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((512, 2048)).astype(np.float32)
+    b = cl.NetBuilder("rows")
+    i = b.create_input("int64", ("M", 2048), "i")
+    rows = cl.compile(b.build([b.gather(b.create_input("float32", (512, 2048), "x"), i, axis=0)]),
+                      target="cpu", cache=False, threads=threads)
+    b = cl.NetBuilder("tuples")
+    t = b.create_input("int64", ("M", 2), "t")
+    tuples = cl.compile(b.build([b.gather_nd(b.create_input("float32", (512, 2048), "x"), t)]),
+                        target="cpu", cache=False, threads=threads)
+    for exe, tupled in ((rows, False), (tuples, True)):
+        stages = [s for k in exe.lowered.kernels for s in kernel_stages(k)]
+        assert any(map(tuple_gathers, stages)) == tupled
+        assert any(map(threaded_gathers, stages)) != tupled
+        marked = _defined_attributes(exe.source("llvm"))
+        split = {name[:-len("_split")] for name in marked if name.endswith("_split")}
+        assert len(split) == (not tupled) and all(marked[name] and not marked[name + "_split"] for name in split)
+        assert any(marked.values())
+    for m in (3, 4000):
+        i = rng.integers(-512, 512, (m, 2048))
+        np.testing.assert_array_equal(rows(x=x, i=i), np.take_along_axis(x, i % 512, axis=0))
+        t = np.stack([rng.integers(-512, 512, m * 64), rng.integers(-2048, 2048, m * 64)], axis=1)
+        np.testing.assert_array_equal(tuples(x=x, t=t), x[t[:, 0], t[:, 1]])
+        i[m - 1, 7] = 512
+        with pytest.raises(IndexError, match="512"):
+            rows(x=x, i=i)
+
+
 @pytest.mark.parametrize("dtype, index_dtype, axis, attribute", [
     ("float32", "int32", 1, "target-features"), ("int32", "int32", 1, "target-features"),
     ("float32", "int64", 1, None), ("float64", "int32", 1, "prefer-vector-width"),

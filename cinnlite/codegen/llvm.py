@@ -24,7 +24,7 @@ from ..ir.loopnest import (Binary, Buffer, Cast, Cmp, Const, FlagIndexError, Mat
                            LoweredProgram, Reduce, ReportIndexError, Select, Seq, Store, Var)
 from ..ir.passes import RANGE_BEGIN, RANGE_END
 from ..ir.schedule_cpu import (PARALLEL_MIN_WORK, gather_reach, narrow_gathers, stage_extent, stage_work,
-                               wide_row_gathers)
+                               threaded_gathers, wide_row_gathers)
 from ..ir.symbolic import is_symbol_load
 from ..ir.transform import buffers_of, kernel_stages, map_stmt, walk_stmt
 from .error_record import FIRST_FAILURE
@@ -104,6 +104,8 @@ class StageInfo:
 #: The global of every module that holds the thread count its main may split stages across;
 #: the runtime sets it after loading the code (1 until then, and where there is no native pool).
 THREADS_GLOBAL = "cinnlite_threads"
+#: The name of a stage's own function for split runs, after its symbol (``_stage_functions``).
+SPLIT_SUFFIX = "_split"
 PARALLEL_FUNCTION = "cinnlite_parallel"
 def stage_plan(program: LoweredProgram) -> list:
     """The stages of a program in execution order, with their exported symbols."""
@@ -571,21 +573,42 @@ class LLVMRenderer(Renderer):
         #: compiled with the features (``runtime/cpu.py: far_gathers``).
         self.far_gathers = far_gathers
 
-    def _mark_gathers(self, fn, stage):
-        """Where ``far_gathers`` is set (the host's vector gathers are microcoded): give a stage
-        whose gathers reach beyond its bytes, or gather 32 bits by 32, its target features
-        (``schedule_cpu.gather_reach``, ``narrow_gathers``; a symbolic reach keeps the module's);
-        a stage whose 64-bit gathers along a row the vectoriser builds lane by lane prefers
-        256-bit vectors (``wide_row_gathers``)."""
+    def _gather_attributes(self, stage, split: bool) -> tuple:
+        """The function attributes of a stage's gathers where ``far_gathers`` is set (the host's
+        vector gathers are microcoded): the target features, with vector gathers, for a stage
+        whose gathers reach beyond its bytes, or gather 32 bits by 32 (``schedule_cpu.gather_reach``,
+        ``narrow_gathers``; a symbolic reach keeps the module's), unless the stage runs ``split``
+        across threads and its gathers go faster lane by lane there (``threaded_gathers``); a
+        preference for 256-bit vectors for a stage whose 64-bit gathers along a row the
+        vectoriser builds lane by lane (``wide_row_gathers``)."""
         if self.far_gathers is None:
-            return
+            return ()
         features, limit = self.far_gathers
         reach = gather_reach(stage)
+        far = reach is not None and reach > limit and not (split and threaded_gathers(stage))
         # llvmlite knows no string attributes; LLVM reads these off the definition.
-        if reach is not None and reach > limit or narrow_gathers(stage):
-            set.add(fn.attributes, f'"target-features"="{features}"')
-        elif wide_row_gathers(stage):
-            set.add(fn.attributes, '"prefer-vector-width"="256"')
+        if far or narrow_gathers(stage):
+            return (f'"target-features"="{features}"',)
+        if wide_row_gathers(stage):
+            return ('"prefer-vector-width"="256"',)
+        return ()
+
+    def _stage_functions(self, module, stage, info: StageInfo, slots: dict, domain) -> tuple:
+        """The function that runs a stage whole, and the one main's split runs in chunks on
+        several threads: the same function, unless their gathers want different code
+        (``_gather_attributes``); then the second is a copy of its own, not exported."""
+        whole = _KernelEmitter(module, stage, slots, info.symbol, domain).emit()
+        attributes = self._gather_attributes(stage, split=False)
+        for attribute in attributes:
+            set.add(whole.attributes, attribute)
+        split_attributes = self._gather_attributes(stage, split=True)
+        if not info.split_in_main or split_attributes == attributes:
+            return whole, whole
+        split = _KernelEmitter(module, stage, slots, info.symbol + SPLIT_SUFFIX, domain).emit()
+        split.linkage = "internal"
+        for attribute in split_attributes:
+            set.add(split.attributes, attribute)
+        return whole, split
 
     def render(self, program: LoweredProgram) -> LLVMModule:
         return LLVMModule(program.name, self._module_text(program), self.array_data_offset)
@@ -612,8 +635,7 @@ class LLVMRenderer(Renderer):
                 # takes through one index tensor checks it once per take).
                 self._nothing_to_do(module, info.symbol)
                 continue
-            fn = _KernelEmitter(module, stage, slots, info.symbol, domain).emit()
-            self._mark_gathers(fn, stage)
+            fn, split_fn = self._stage_functions(module, stage, info, slots, domain)
             # A symbolic extent: the stage's own loop bound ends it (see ``loop``).
             end = info.extent if isinstance(info.extent, int) else 2**63 - 1
             args = [main.args[0], ir.Constant(I64, 0), ir.Constant(I64, end), main.args[1]]
@@ -621,11 +643,11 @@ class LLVMRenderer(Renderer):
                 # Only after a stage flagged a possibly bad index: find and report it.
                 was_flagged = b.icmp_signed("!=", b.load(flagged, typ=I32), ir.Constant(I32, 0))
                 with b.if_then(was_flagged, likely=False):
-                    status = self._run_stage(b, module, info, fn, args, slots)
+                    status = self._run_stage(b, module, info, (fn, split_fn), args, slots)
                     with b.if_then(b.icmp_signed("!=", status, ir.Constant(I32, 0))):
                         b.ret(status)
                 continue
-            status = self._run_stage(b, module, info, fn, args, slots)
+            status = self._run_stage(b, module, info, (fn, split_fn), args, slots)
             with b.if_then(b.icmp_signed("==", status, ir.Constant(I32, FLAGGED)), likely=False):
                 b.store(ir.Constant(I32, FLAGGED), flagged)
             failed = b.icmp_signed("==", status, ir.Constant(I32, ERROR))
@@ -643,11 +665,12 @@ class LLVMRenderer(Renderer):
         return text
 
     @staticmethod
-    def _run_stage(b: ir.IRBuilder, module, info: StageInfo, fn, args, slots: dict):
-        """Call a stage from main: whole, or, where it is big enough and the module's thread
-        count is above one, split through ``cinnlite_parallel`` into one chunk per thread (more,
-        smaller chunks ran slower: 139 us against 88 us for a take of 4 MB in eight chunks
-        rather than two)."""
+    def _run_stage(b: ir.IRBuilder, module, info: StageInfo, functions: tuple, args, slots: dict):
+        """Call a stage from main: whole (``functions``' first), or, where it is big enough and
+        the module's thread count is above one, split through ``cinnlite_parallel`` into one
+        chunk per thread (its second; more, smaller chunks ran slower: 139 us against 88 us for
+        a take of 4 MB in eight chunks rather than two)."""
+        fn, split_fn = functions
         static = isinstance(info.extent, int) and isinstance(info.work, int)
         if not info.split_in_main or static and (info.work < PARALLEL_MIN_WORK or info.extent < 2):
             return b.call(fn, args)
@@ -668,7 +691,7 @@ class LLVMRenderer(Renderer):
         with b.if_else(split) as (then, otherwise):
             with then:
                 split_block = b.block
-                split_status = b.call(parallel, [fn, args[0], extent, work, threads, walks_all, args[3], rate])
+                split_status = b.call(parallel, [split_fn, args[0], extent, work, threads, walks_all, args[3], rate])
             with otherwise:
                 whole_block = b.block
                 whole_status = b.call(fn, args)
