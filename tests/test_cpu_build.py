@@ -241,3 +241,52 @@ def test_a_gather_through_fused_lets_is_seen_as_one():
     iv = np.random.default_rng(1).integers(0, 4096, 1000).astype(np.int32)
     jv = np.random.default_rng(2).integers(0, 1000, (50, 3000)).astype(np.int32)
     np.testing.assert_array_equal(exe(x=xs, i=iv, j=jv), xs[iv[jv]])
+
+
+def _update_order_values(rng, shape, dtype):
+    """Updates whose combined bits depend on the order they are combined in: magnitudes far
+    apart (a sum in another order rounds differently), signed zeros (max/min), small factors.
+    float16 has no -0.0 here: numpy's float16 maximum orders zeros unlike its float32 one (and
+    unlike the contract), so the reference would be wrong."""
+    if np.dtype(dtype).kind == "i":
+        return rng.integers(-3, 4, shape).astype(dtype)
+    big, zero = (1e3, 2.0) if dtype == "float16" else (1e8, -0.0)
+    return rng.choice(np.array([big, -big, 1.0, -1.0, 0.5, 0.0, zero, 3.0], dtype=dtype), shape)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64", "int32"])
+@pytest.mark.parametrize("reduce", ["add", "max", "min", "mean", "mul", "none"])
+@pytest.mark.parametrize("axis", [0, 1, 2])
+def test_scatters_of_distinct_elements_vectorise_in_update_order(dtype, reduce, axis):
+    """A scatter along any axis but the last updates distinct elements across its innermost
+    loop (the last axis, which the update writes as it is): that loop is marked parallel for
+    LLVM (``independent_scatter``); along the last axis it is not, nor where it writes two
+    buffers (a mean). Either way every element
+    gets its updates in row-major order of the index, bit for bit the reference's, with heavy
+    duplication (a few targets per column), on one thread and two."""
+    from cinnlite.ir.loopnest import For
+    from cinnlite.ir.schedule_cpu import independent_scatter
+    from cinnlite.ir.transform import kernel_stages, walk_stmt
+    from reference import scatter
+
+    rng = np.random.default_rng(axis * 7 + len(reduce))
+    shape = (4, 5, 37)
+    index_shape = tuple(40 if d == axis else n for d, n in enumerate(shape))
+    x = _update_order_values(rng, shape, dtype)
+    index = rng.integers(-shape[axis], shape[axis], index_shape)
+    src = _update_order_values(rng, index_shape, dtype)
+    if reduce == "none":  # one update per target: which of several wins is the order's
+        index = np.broadcast_to(index.take([0], axis=axis) * 0 + 1, index_shape).copy()
+    b = cl.NetBuilder("scatter_order")
+    out = b.scatter(b.create_input(dtype, shape, "x"), b.create_input("int64", index_shape, "i"),
+                    b.create_input(dtype, index_shape, "s"), axis=axis, reduce=reduce)
+    program = b.build([out])
+    want = scatter(x, index, src, axis=axis, reduce=reduce)
+    for threads in (1, 2):
+        exe = cl.compile(program, target="cpu", cache=False, threads=threads)
+        got = exe(x=x, i=index, s=src)
+        assert got.dtype == want.dtype and got.tobytes() == want.tobytes()
+    loops = [s for k in exe.lowered.kernels for st in kernel_stages(k) for s in walk_stmt(st) if isinstance(s, For)]
+    marked = axis != 2 and reduce != "mean"  # a mean writes two buffers, a sum and a count
+    assert any(map(independent_scatter, loops)) == marked
+    assert ("llvm.loop.parallel_accesses" in exe.source("llvm")) == marked

@@ -24,7 +24,7 @@ from ..ir.loopnest import (Binary, Buffer, Cast, Cmp, Const, FlagIndexError, Mat
                            LoweredProgram, Reduce, ReportIndexError, Select, Seq, Store, Var)
 from ..ir.passes import RANGE_BEGIN, RANGE_END
 from ..ir.schedule_cpu import (PARALLEL_MIN_WORK, gather_reach, narrow_gathers, stage_extent, stage_work,
-                               threaded_gathers, wide_row_gathers)
+                               independent_scatter, threaded_gathers, wide_row_gathers)
 from ..ir.symbolic import is_symbol_load
 from ..ir.transform import buffers_of, kernel_stages, map_stmt, walk_stmt
 from .error_record import FIRST_FAILURE
@@ -123,6 +123,23 @@ def stage_plan(program: LoweredProgram) -> list:
     return plan
 
 
+class _DistinctNode(ir.values.MDValue):
+    """A distinct metadata node (llvmlite makes uniqued ones only): an access group, which has
+    no operands, or a loop's ID, whose first operand is itself."""
+
+    def __init__(self, module: ir.Module, operands=(), loop_id: bool = False):
+        super().__init__(module, [], name=str(len(module.metadata)))
+        self.operands = ((self,) if loop_id else ()) + tuple(operands)
+
+    def descr(self, buf):
+        buf.append("distinct ")
+        super().descr(buf)
+
+    __eq__ = object.__eq__
+    __ne__ = object.__ne__
+    __hash__ = object.__hash__
+
+
 class _KernelEmitter:
     """Emits one stage as the exported function ``<name>``: it reads its buffers' pointers from
     the table once, and marks every load and store of a buffer with that buffer's alias scope
@@ -155,6 +172,9 @@ class _KernelEmitter:
             self.alias[buf.name] = (module.add_metadata([scope]), module.add_metadata(others) if others else None)
         self.vars: dict = {}
         self.lets: dict = {}
+        #: While the body of a loop whose iterations are independent is emitted: the access
+        #: group its loads and stores belong to (``independent_scatter``).
+        self.access_group = None
         # Symbolic sizes, read once at the entry (see ``symbol``).
         self.sizes = {buf.name: self.b.load(self.ptrs[buf.name], typ=I64, name=safe_name(buf.name) + ".size")
                       for buf in self.buffers if is_symbol_load(Load(buf, ()))}
@@ -170,6 +190,8 @@ class _KernelEmitter:
         access.set_metadata("alias.scope", scope)
         if others is not None:
             access.set_metadata("noalias", others)
+        if self.access_group is not None:
+            access.set_metadata("llvm.access.group", self.access_group)
         return access
 
     # -- buffers -------------------------------------------------------------------------------
@@ -473,12 +495,27 @@ class _KernelEmitter:
         i = b.load(slot, typ=I64)
         b.cbranch(b.icmp_signed("<", i, extent), body, done)
         b.position_at_end(body)
+        loop_id = self._independent(s)
         self.stmt(s.body)
+        self.access_group = None
         i = b.load(slot, typ=I64)
         b.store(b.add(i, ir.Constant(I64, 1), flags=["nsw"]), slot)
-        b.branch(head)
+        latch = b.branch(head)
+        if loop_id is not None:
+            latch.set_metadata("llvm.loop", loop_id)
         b.position_at_end(done)
         del self.vars[s.var]
+
+    def _independent(self, s: For):
+        """For a loop whose iterations touch distinct elements (``independent_scatter``): its
+        loop ID, saying that the accesses of the group it starts (``access_group``) carry no
+        dependence from one iteration to another; else None."""
+        if not independent_scatter(s):
+            return None
+        module = self.fn.module
+        self.access_group = _DistinctNode(module)
+        parallel = module.add_metadata([ir.MetaDataString(module, "llvm.loop.parallel_accesses"), self.access_group])
+        return _DistinctNode(module, [parallel], loop_id=True)
 
     def flag_if(self, cond):
         """``if cond: flag`` without a branch: the flag ORs in ``FLAGGED`` where ``cond`` holds.

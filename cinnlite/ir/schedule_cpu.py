@@ -530,6 +530,38 @@ def _index_facts(e, facts: dict):
     return width, frozenset(uses)
 
 
+def independent_scatter(loop: For) -> bool:
+    """Whether ``loop`` is an innermost loop that writes one buffer through data indices (a
+    scatter) and no two of its iterations touch one element of it: every write to the buffer,
+    and every read of it, indexes it with the same indices, one of which is the loop's variable
+    itself (so iterations differ in that coordinate). A scatter along axis 0 updates
+    ``out[index[i, j], j]`` for every ``j`` of a row: distinct elements.
+
+    Why: LLVM cannot see that the data index leaves the elements distinct, and keeps such a loop
+    scalar; told so (``llvm.loop.parallel_accesses``), it vectorises the index arithmetic, the
+    combining and the conversions between the element-by-element loads and stores, and each
+    element still gets its updates in row-major order of the index, as the contract asks. On a
+    Zen 4, two threads, 1 M updates along axis 0: float16 add 3.6 -> 1.7 ms, float32 add 2.3 ->
+    1.7, max 3.0 -> 1.7; 25 M float32 adds 341 -> 199 ms. One buffer: a mean, which writes a
+    sum and a count, each element by element, ran slower so (4.0-5.6 -> 4.4-6.6 ms)."""
+    if any(isinstance(x, For) for x in walk_stmt(loop.body)):
+        return False
+    facts: dict = {}
+    writes: dict = {}
+    through_data = False
+    for st in walk_stmt(loop.body):
+        if isinstance(st, Let):
+            for var, value in st.bindings:
+                facts[var] = _index_facts(value, facts)
+        elif isinstance(st, (Store, Reduce)):
+            if writes.setdefault(st.buffer.name, st.indices) != st.indices or loop.var not in st.indices:
+                return False
+            through_data = through_data or any(_index_facts(i, facts)[0] for i in st.indices)
+    loads = (x for st in walk_stmt(loop.body) for e in stmt_exprs(st) for x in walk_expr(e) if isinstance(x, Load))
+    return through_data and len(writes) == 1 and all(writes.get(x.buffer.name, x.indices) == x.indices
+                                                     for x in loads)
+
+
 def gather_reach(stage):
     """How far a gather of the stage's innermost loops reaches (``_gathers``): that dimension's
     extent times its stride, in bytes, the largest. 0 where the stage gathers nothing; None
