@@ -184,6 +184,9 @@ def test_far_gathers_split_across_threads_are_built_lane_by_lane(monkeypatch, th
         split = {name[:-len("_split")] for name in marked if name.endswith("_split")}
         assert len(split) == (not tupled) and all(marked[name] and not marked[name + "_split"] for name in split)
         assert any(marked.values())
+        # What main splits across threads is the copy; what it runs whole is the stage itself.
+        text = exe.source("llvm")
+        assert all(f'@"cinnlite_parallel"(i32 (ptr, i64, i64, ptr)* @"{name}_split"' in text for name in split)
     for m in (3, 4000):
         i = rng.integers(-512, 512, (m, 2048))
         np.testing.assert_array_equal(rows(x=x, i=i), np.take_along_axis(x, i % 512, axis=0))
@@ -290,3 +293,31 @@ def test_scatters_of_distinct_elements_vectorise_in_update_order(dtype, reduce, 
     marked = axis != 2 and reduce != "mean"  # a mean writes two buffers, a sum and a count
     assert any(map(independent_scatter, loops)) == marked
     assert ("llvm.loop.parallel_accesses" in exe.source("llvm")) == marked
+
+
+def test_independent_scatter_needs_the_loop_to_walk_one_coordinate_of_one_element():
+    """``independent_scatter`` on hand-made loops: an update of ``out[index[i], j]`` over the
+    whole of dimension 1 is independent; not so where the loop runs past that dimension, where
+    a Let rebinds the loop's variable, where a read goes through another view of the written
+    memory, where the index reads no data, or where two buffers are written."""
+    from cinnlite.dtypes import float32, int64
+    from cinnlite.ir.loopnest import Buffer, Const, For, Let, Load, Reduce, Seq, Var
+    from cinnlite.ir.schedule_cpu import independent_scatter
+
+    out, index, src = Buffer("out", float32, (4, 8)), Buffer("index", int64, (8,)), Buffer("src", float32, (8,))
+    i, j = Var("i0"), Var("i1")
+    row = Load(index, (j,))
+
+    def update(buffer=out, indices=(row, j), extent=8):
+        return For(j, Const(extent, int64), Reduce(buffer, indices, Load(src, (j,)), "add"))
+
+    assert independent_scatter(update())
+    assert not independent_scatter(update(extent=16))
+    assert not independent_scatter(update(indices=(i, j)))  # no data index: LLVM sees it itself
+    rebound = update()
+    assert not independent_scatter(For(j, rebound.extent, Let(((j, Const(0, int64)),), rebound.body)))
+    view = Buffer("out", float32, (8, 4))
+    read_through_view = Reduce(out, (row, j), Load(view, (row, j)), "none")
+    assert not independent_scatter(For(j, Const(8, int64), read_through_view))
+    second = Buffer("count", float32, (4, 8))
+    assert not independent_scatter(For(j, Const(8, int64), Seq((update().body, update(second).body))))

@@ -100,6 +100,13 @@ class StageInfo:
         extent and work main can compute from the sizes."""
         return self.kind != "serial" and size_renderable(self.extent) and size_renderable(self.work)
 
+    @property
+    def may_split_in_main(self) -> bool:
+        """Whether main may split this stage at some call: it splits it in main, and its sizes
+        are symbolic, or big enough (work and extent) for a split."""
+        static = isinstance(self.extent, int) and isinstance(self.work, int)
+        return self.split_in_main and not (static and (self.work < PARALLEL_MIN_WORK or self.extent < 2))
+
 
 #: The global of every module that holds the thread count its main may split stages across;
 #: the runtime sets it after loading the code (1 until then, and where there is no native pool).
@@ -638,8 +645,10 @@ class LLVMRenderer(Renderer):
         attributes = self._gather_attributes(stage, split=False)
         for attribute in attributes:
             set.add(whole.attributes, attribute)
+        if not info.may_split_in_main:
+            return whole, whole
         split_attributes = self._gather_attributes(stage, split=True)
-        if not info.split_in_main or split_attributes == attributes:
+        if split_attributes == attributes:
             return whole, whole
         split = _KernelEmitter(module, stage, slots, info.symbol + SPLIT_SUFFIX, domain).emit()
         split.linkage = "internal"
@@ -708,8 +717,7 @@ class LLVMRenderer(Renderer):
         chunk per thread (its second; more, smaller chunks ran slower: 139 us against 88 us for
         a take of 4 MB in eight chunks rather than two)."""
         fn, split_fn = functions
-        static = isinstance(info.extent, int) and isinstance(info.work, int)
-        if not info.split_in_main or static and (info.work < PARALLEL_MIN_WORK or info.extent < 2):
+        if not info.may_split_in_main:
             return b.call(fn, args)
         threads = b.load(_module_global(module, THREADS_GLOBAL, 1), typ=I64)
         def symbol(name):

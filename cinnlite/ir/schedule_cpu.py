@@ -547,19 +547,35 @@ def independent_scatter(loop: For) -> bool:
     if any(isinstance(x, For) for x in walk_stmt(loop.body)):
         return False
     facts: dict = {}
-    writes: dict = {}
+    writes: dict = {}  # a written buffer's name -> (the Buffer written, its indices)
     through_data = False
     for st in walk_stmt(loop.body):
         if isinstance(st, Let):
+            if any(var == loop.var for var, _ in st.bindings):
+                return False
             for var, value in st.bindings:
                 facts[var] = _index_facts(value, facts)
         elif isinstance(st, (Store, Reduce)):
-            if writes.setdefault(st.buffer.name, st.indices) != st.indices or loop.var not in st.indices:
+            access = (st.buffer, st.indices)
+            if writes.setdefault(st.buffer.name, access) != access or not _walks_a_dimension(loop, *access):
                 return False
             through_data = through_data or any(_index_facts(i, facts)[0] for i in st.indices)
+    # Buffers of one name are views of one memory: a read of it must be the write's element.
     loads = (x for st in walk_stmt(loop.body) for e in stmt_exprs(st) for x in walk_expr(e) if isinstance(x, Load))
-    return through_data and len(writes) == 1 and all(writes.get(x.buffer.name, x.indices) == x.indices
-                                                     for x in loads)
+    return through_data and len(writes) == 1 and all(writes.get(x.buffer.name, (x.buffer, x.indices))
+                                                     == (x.buffer, x.indices) for x in loads)
+
+
+def _walks_a_dimension(loop: For, buffer, indices) -> bool:
+    """Whether one of ``indices`` is ``loop``'s variable itself, over at most that dimension's
+    extent: two iterations then differ in that coordinate of the element they index."""
+    for index, extent in zip(indices, buffer.shape):
+        if index != loop.var:
+            continue
+        if as_expr(extent) == loop.extent or (isinstance(extent, int) and isinstance(loop.extent, Const)
+                                             and loop.extent.value <= extent):
+            return True
+    return False
 
 
 def gather_reach(stage):
@@ -631,8 +647,8 @@ def tuple_gathers(stage) -> bool:
 
 def threaded_gathers(stage) -> bool:
     """Whether the stage gathers, and its gathers, if they reach far (``gather_reach``), are
-    better built lane by lane where it runs on several threads at once: unless they are narrow (``narrow_gathers``) or take
-    index tuples (``tuple_gathers``).
+    better built lane by lane where it runs on several threads at once: unless they are narrow
+    (``narrow_gathers``) or take index tuples (``tuple_gathers``).
 
     Why: a microcoded vector gather runs on a part of the core that the core's hardware threads
     share. Where vector gathers are microcoded (a Zen 4: two threads, each looping over vector
