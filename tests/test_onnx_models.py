@@ -188,13 +188,21 @@ CASES = [
 ]
 
 
+def _model(graph, opset: int):
+    """A model of ``graph`` at ``opset``, of the oldest IR version that opset needs: the onnx
+    package writes its newest by default, which an older onnxruntime refuses ("Unsupported model
+    IR version")."""
+    opsets = [helper.make_opsetid("", opset)]
+    return helper.make_model(graph, opset_imports=opsets, ir_version=helper.find_min_ir_version_for(opsets))
+
+
 def _case_model(op, data, consts, attrs, opset):
     onnx_type = helper.np_dtype_to_tensor_dtype
     inputs = [helper.make_tensor_value_info(n, onnx_type(a.dtype), a.shape) for n, a in data.items()]
     inits = [onnx.numpy_helper.from_array(a, n) for n, a in consts.items()]
     node = helper.make_node(op, list(data) + list(consts), ["out"], name="node", **attrs)
     graph = helper.make_graph([node], "case", inputs, [helper.make_value_info("out", onnx.TypeProto())], inits)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    return _model(graph, opset)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
@@ -221,7 +229,7 @@ def test_shape_arithmetic_on_constants_folds_into_no_kernel():
              onnx.numpy_helper.from_array(_i64(0), "zero1"), onnx.numpy_helper.from_array(_i64(-1), "minus_one")]
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F32, (3, 2, 2))],
                               [helper.make_tensor_value_info("y", F32, None)], inits)
-    program = from_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]))
+    program = from_onnx(_model(graph, 18))
     assert [n.op for n in program.nodes] == ["reshape"] and program.outputs[0].shape == (3, 4)
 
 
@@ -244,7 +252,7 @@ def _if_model(condition_from_data: bool):
         inits = [onnx.numpy_helper.from_array(np.array(0, np.int64), "zero"),
                  onnx.numpy_helper.from_array(np.array(2, np.int64), "two_i")]
     graph = helper.make_graph(nodes, "g", inputs, [helper.make_tensor_value_info("y", F32, ("n",))], inits)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    return _model(graph, 18)
 
 
 def test_an_if_whose_condition_is_known_at_import_is_folded():
@@ -284,7 +292,7 @@ def _topk_model(dtype, shape, k, attrs, opset=18):
     outputs = [helper.make_tensor_value_info("values", elem, None),
                helper.make_tensor_value_info("indices", TensorProto.INT64, None)]
     graph = helper.make_graph([node], "topk", inputs, outputs, inits)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    return _model(graph, opset)
 
 
 TOPK_CASES = [((6, 4), 2, {}, 18), ((6, 4), 4, {"largest": 0}, 18), ((3, 7, 2), 3, {"axis": 1}, 18),
@@ -333,7 +341,7 @@ def test_values_only_a_later_segment_reads_are_made_there():
              onnx.numpy_helper.from_array(np.array(0, np.int64), "axis")]
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F32, ("n",))],
                               [helper.make_tensor_value_info("y", F32, ("n",))], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model = _model(graph, 18)
     session = cl.onnx.InferenceSession(model)
     x = np.arange(-3, 4, dtype=np.float32)
     np.testing.assert_array_equal(session.run(None, {"x": x})[0], np.cumsum(np.abs(x)) - 2 * x)
@@ -364,7 +372,7 @@ def test_a_node_stays_where_moving_it_would_make_a_bigger_value_cross():
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F32, ("n",))],
                               [helper.make_tensor_value_info("y", F32, ("n",))],
                               [onnx.numpy_helper.from_array(np.array(0, np.int64), "axis")])
-    session = cl.onnx.InferenceSession(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]))
+    session = cl.onnx.InferenceSession(_model(graph, 18))
     x = np.arange(-3, 4, dtype=np.float32)
     np.testing.assert_array_equal(session.run(None, {"x": x})[0], np.cumsum(-np.abs(x)) + np.abs(x).sum())
     kinds = [(s.kind, [n.op_type for n in s.nodes]) for s in session.segments]
