@@ -617,44 +617,48 @@ class LLVMRenderer(Renderer):
         #: compiled with the features (``runtime/cpu.py: far_gathers``).
         self.far_gathers = far_gathers
 
-    def _gather_attributes(self, stage, split: bool) -> tuple:
-        """The function attributes of a stage's gathers where ``far_gathers`` is set (the host's
-        vector gathers are microcoded): the target features, with vector gathers, for a stage
-        whose gathers reach beyond its bytes, or gather 32 bits by 32 (``schedule_cpu.gather_reach``,
-        ``narrow_gathers``; a symbolic reach keeps the module's), unless the stage runs ``split``
+    def _gather_attributes(self, stage) -> tuple:
+        """The function attributes of a stage's gathers, for the function that runs it whole and
+        the one main's split runs, where ``far_gathers`` is set (the host's vector gathers are
+        microcoded): the target features, with vector gathers, for gathers of 32 bits by 32
+        (``schedule_cpu.narrow_gathers``) and for gathers that reach beyond the features' bytes
+        (``gather_reach``; a symbolic reach keeps the module's), unless the stage is split
         across threads and its gathers go faster lane by lane there (``threaded_gathers``); a
-        preference for 256-bit vectors for a stage whose 64-bit gathers along a row the
-        vectoriser builds lane by lane (``wide_row_gathers``)."""
+        preference for 256-bit vectors where 64-bit gathers along a row are built lane by lane
+        (``wide_row_gathers``). A stage that gathers nothing is walked once."""
         if self.far_gathers is None:
-            return ()
+            return (), ()
         features, limit = self.far_gathers
         reach = gather_reach(stage)
-        far = reach is not None and reach > limit and not (split and threaded_gathers(stage))
+        if reach == 0:
+            return (), ()
         # llvmlite knows no string attributes; LLVM reads these off the definition.
-        if far or narrow_gathers(stage):
-            return (f'"target-features"="{features}"',)
-        if wide_row_gathers(stage):
-            return ('"prefer-vector-width"="256"',)
-        return ()
+        vector = (f'"target-features"="{features}"',)
+        if narrow_gathers(stage):
+            return vector, vector
+        lanes = ('"prefer-vector-width"="256"',) if wide_row_gathers(stage) else ()
+        if reach is None or reach <= limit:
+            return lanes, lanes
+        return vector, lanes if threaded_gathers(stage) else vector
 
     def _stage_functions(self, module, stage, info: StageInfo, slots: dict, domain) -> tuple:
         """The function that runs a stage whole, and the one main's split runs in chunks on
         several threads: the same function, unless their gathers want different code
         (``_gather_attributes``); then the second is a copy of its own, not exported."""
-        whole = _KernelEmitter(module, stage, slots, info.symbol, domain).emit()
-        attributes = self._gather_attributes(stage, split=False)
-        for attribute in attributes:
-            set.add(whole.attributes, attribute)
-        if not info.may_split_in_main:
+        attributes, split_attributes = self._gather_attributes(stage)
+        whole = self._emit(module, stage, slots, info.symbol, domain, attributes)
+        if not info.may_split_in_main or split_attributes == attributes:
             return whole, whole
-        split_attributes = self._gather_attributes(stage, split=True)
-        if split_attributes == attributes:
-            return whole, whole
-        split = _KernelEmitter(module, stage, slots, info.symbol + SPLIT_SUFFIX, domain).emit()
+        split = self._emit(module, stage, slots, info.symbol + SPLIT_SUFFIX, domain, split_attributes)
         split.linkage = "internal"
-        for attribute in split_attributes:
-            set.add(split.attributes, attribute)
         return whole, split
+
+    @staticmethod
+    def _emit(module, stage, slots: dict, name: str, domain, attributes: tuple):
+        fn = _KernelEmitter(module, stage, slots, name, domain).emit()
+        for attribute in attributes:
+            set.add(fn.attributes, attribute)
+        return fn
 
     def render(self, program: LoweredProgram) -> LLVMModule:
         return LLVMModule(program.name, self._module_text(program), self.array_data_offset)
