@@ -161,9 +161,10 @@ def _folded(stage: list[str]) -> str:
     return f"{opening}{{ ... }}{comment} ({len(stage)} lines)"
 
 
-# ``min(max(select((v < 0), (v + s), v), 0), s - 1)``: an index resolved into [0, s).
-_RESOLVED_INDEX = re.compile(r"min\(max\(select\(\((?P<v>\w+\[[^\[\]]*\]) < 0\), \((?P=v) \+ (?P<s>\d+)\), "
-                             r"(?P=v)\), 0\), (?P<top>\d+)\)")
+# ``int64(min(min(uint64(v), (uint64(v) + uint64(s))), uint64(s - 1)))``: an index resolved into
+# [0, s) (``lower._checked_position``).
+_RESOLVED_INDEX = re.compile(r"int64\(min\(min\(uint64\((?P<v>\w+(?:\[[^\[\]]*\])?)\), \(uint64\((?P=v)\) \+ "
+                             r"uint64\((?P<s>\d+)\)\)\), uint64\((?P<top>\d+)\)\)\)")
 
 
 def abbreviate_resolved_indices(text: str) -> tuple[str, list[str]]:
@@ -176,7 +177,8 @@ def abbreviate_resolved_indices(text: str) -> tuple[str, list[str]]:
     def shorten(m: re.Match) -> str:
         size = int(m["s"])
         return f"{names[size]}({m['v']})" if size in names and int(m["top"]) == size - 1 else m[0]
-    legend = [f"where {name}(v) = min(max(select((v < 0), (v + {s}), v), 0), {s - 1})" for s, name in names.items()]
+    legend = [f"where {name}(v) = int64(min(min(uint64(v), (uint64(v) + uint64({s}))), uint64({s - 1})))"
+              for s, name in names.items()]
     return _RESOLVED_INDEX.sub(shorten, text), legend
 
 

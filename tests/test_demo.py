@@ -115,7 +115,7 @@ KERNEL = """kernel k(x: float32[5, 2], i: int64[7], k: float32[7, 2])  # take {
     }
   }
   for i0 in 0..7 {  # parallel
-    k[i0, 0] = x[min(max(select((i[i0] < 0), (i[i0] + 5), i[i0]), 0), 4), 0]
+    k[i0, 0] = x[int64(min(min(uint64(i[i0]), (uint64(i[i0]) + uint64(5))), uint64(4))), 0]
   }
 }"""
 
@@ -131,8 +131,8 @@ def test_the_hot_stage_is_kept_whole_and_the_others_folded():
 def test_resolved_indices_are_abbreviated_and_defined():
     text, legend = abbreviate_resolved_indices(KERNEL)
     assert "k[i0, 0] = x[n(i[i0]), 0]" in text
-    assert legend == ["where n(v) = min(max(select((v < 0), (v + 5), v), 0), 4)"]
-    two_sizes = "a[min(max(select((j[0] < 0), (j[0] + 3), j[0]), 0), 2)] " + KERNEL
+    assert legend == ["where n(v) = int64(min(min(uint64(v), (uint64(v) + uint64(5))), uint64(4)))"]
+    two_sizes = "a[int64(min(min(uint64(j[0]), (uint64(j[0]) + uint64(3))), uint64(2)))] " + KERNEL
     text, legend = abbreviate_resolved_indices(two_sizes)
     assert text.startswith("a[n3(j[0])]") and "x[n5(i[i0]), 0]" in text and len(legend) == 2
 

@@ -80,8 +80,7 @@ class IndexValue:
             mode = "wrap"
         if mode == "raise":
             # The check nest has proven the range; clamping keeps memory safe regardless.
-            wrapped_neg = Select(Cmp("lt", v, const(0)), Binary("add", v, s), v) if raw.dtype.is_signed else v
-            self.index = minimum(maximum(wrapped_neg, const(0)), _minus_one(size))
+            self.index = _checked_position(raw, size)
         elif not raw.dtype.is_signed:
             self._unsigned(raw, size, mode)
         elif mode == "clip":
@@ -110,6 +109,24 @@ class IndexValue:
             self.index = Select(self.valid, _as_int64(w), const(0))
         else:  # pragma: no cover - modes are validated when the node is built
             raise AssertionError(mode)
+
+
+def _checked_position(raw, size):
+    """The position of an index value that ``mode="raise"`` checks (on an axis of ``size`` >= 1),
+    computed in uint64: ``min(v, v + size)`` is ``v + size`` for a negative ``v`` (whose unsigned
+    value exceeds every position) and ``v`` otherwise; the last ``min`` with ``size - 1`` keeps
+    a value the check flags within bounds, as a clamp would.
+
+    Why: two unsigned minimums and an add, where the signed form (negative values wrapped with
+    a compare and a select, then clamped with a maximum and a minimum) takes five operations
+    per lane; it is the hot path of every gather along an axis that is not a power of two or
+    whose size is symbolic."""
+    if not raw.dtype.is_signed:
+        w, _ = _unsigned_operands(raw, size)
+        return _as_int64(minimum(w, _minus_one(size, w.dtype)))
+    w = Cast(uint64, _as_int64(raw))
+    s = const(size, uint64) if _static(size) else Cast(uint64, as_expr(size))
+    return _as_int64(minimum(minimum(w, Binary("add", w, s)), _minus_one(size, uint64)))
 
 
 def _as_int64(e):
