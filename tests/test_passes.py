@@ -149,6 +149,64 @@ def test_element_loops_keep_their_flag_beside_the_element():
     assert "flag_index_error" in exe.source("lowered") and check_blocks(exe) == []
 
 
+def scatter_exe(reduce, axis, symbolic=False, threads=1):
+    b = NetBuilder("s")
+    x = b.create_input("float32", (3, 50), "x")
+    shape = ("R", "C") if symbolic else ((3, 200) if axis == 1 else (120, 50))
+    i = b.create_input("int64", shape, "i")
+    u = b.create_input("float32", shape, "u")
+    return cl.compile(b.build([b.scatter(x, i, u, axis=axis, reduce=reduce)]), threads=threads, cache=False)
+
+
+def scatter_reference(x, i, u, reduce, axis):
+    """Every update in row-major order of the index, the mean as sum over count."""
+    out, count = x.astype(np.float64), np.ones(x.shape)
+    for pos in np.ndindex(*i.shape):
+        target = list(pos)
+        target[axis] = i[pos] % x.shape[axis]
+        target = tuple(target)
+        if reduce == "none":
+            out[target] = u[pos]
+        elif reduce == "max":
+            out[target] = max(out[target], u[pos])
+        else:
+            out[target] += u[pos]
+            count[target] += 1
+    return (out / count if reduce == "mean" else out).astype(np.float32)
+
+
+@pytest.mark.parametrize("reduce", ["none", "add", "max", "mean"])
+@pytest.mark.parametrize("symbolic", [False, True])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_scatter_element_loops_that_stay_scalar_test_their_indices_in_blocks(reduce, symbolic, threads):
+    """Along the last axis two updates of a row may meet one element, so the update loop stays
+    scalar: its indices are tested in blocks in front of it, with the same results and the same
+    first bad position, whatever block (the last, shorter one included) holds it."""
+    exe = scatter_exe(reduce, 1, symbolic, threads)
+    assert len(check_blocks(exe)) == 1
+    rng = np.random.default_rng(7)
+    x = rng.integers(-8, 8, (3, 50)).astype(np.float32)
+    for cols in ([200] if not symbolic else [200, 1, 64, 129]):
+        i = rng.integers(-50, 50, (3, cols))
+        u = rng.integers(-8, 8, i.shape).astype(np.float32)
+        np.testing.assert_allclose(exe(x=x, i=i, u=u), scatter_reference(x, i, u, reduce, 1), rtol=1e-6)
+    i, u = rng.integers(-50, 50, (3, 200)), np.ones((3, 200), np.float32)
+    for bad in ({(2, 199): 50}, {(0, 70): -51, (2, 5): 99}, {(1, 130): 77, (1, 198): -60}):
+        j = i.copy()
+        for k, v in bad.items():
+            j[k] = v
+        with pytest.raises(cl.IndexOutOfRangeError) as info:
+            exe(x=x, i=j, u=u)
+        first = min(bad)
+        assert info.value.position == first and info.value.value == bad[first]
+
+
+def test_scatters_of_distinct_elements_keep_their_flag_beside_the_update():
+    """Along axis 0 the updates of a row meet distinct elements and LLVM vectorises the loop,
+    its flag with it: nothing to block."""
+    assert check_blocks(scatter_exe("add", 0)) == []
+
+
 def test_checks_of_values_read_under_a_condition_stay_eager():
     """In message passing the gathered rows are read only for the updates of a thread's rows,
     so the source index is not read whole by the update loop: its check must stay in front."""

@@ -502,17 +502,23 @@ def _gathers(stage):
     for loop in walk_stmt(stage):
         if not isinstance(loop, For) or any(isinstance(x, For) for x in walk_stmt(loop.body)):
             continue
-        facts: dict = {}
-        for st in walk_stmt(loop.body):
-            if isinstance(st, Let):
-                for var, value in st.bindings:
-                    facts[var] = _index_facts(value, facts)
+        facts = _let_facts(loop.body)
         for load in (x for s in walk_stmt(loop.body) for e in stmt_exprs(s) for x in walk_expr(e)):
             if isinstance(load, Load):
                 for dim, index in enumerate(load.indices):
                     width, uses = _index_facts(index, facts)
                     if width and loop.var in uses:
                         yield load, dim, width
+
+
+def _let_facts(body) -> dict:
+    """``_index_facts`` of every variable the Lets of ``body`` bind."""
+    facts: dict = {}
+    for st in walk_stmt(body):
+        if isinstance(st, Let):
+            for var, value in st.bindings:
+                facts[var] = _index_facts(value, facts)
+    return facts
 
 
 def _index_facts(e, facts: dict):
@@ -773,8 +779,9 @@ def _flag_loads(stage, index: Load, cond, check_id):
                 if _is_flag(x):
                     seen.add(x.cond)
                     out.append(x)
-                else:
-                    out.append(visit(x, seen))
+                else:  # one level: a statement's flags stand at the head of its loop's body
+                    v = visit(x, seen)
+                    out.extend(v.stmts if isinstance(v, Seq) else (v,))
             return Seq(tuple(out))
         if _is_flag(s):
             return s
@@ -811,7 +818,8 @@ def _check_in_blocks(loop):
     quarter (a gather of 64-byte rows, 4 M elements, one thread: 2.5 ms against 2.0 ms with no
     test at all). A block's tests are one vectorised pass over indices that stay in L1 for its
     rows, which then copy with no test: within a few percent of no test. Element loops (no loop
-    under the flag) are left alone: LLVM vectorises their flag with the elements."""
+    under the flag) are left alone, LLVM vectorises their flag with the elements, unless they
+    scatter and stay scalar (``_scalar_scatter``)."""
     if not isinstance(loop, For):
         return loop
     stmts = list(loop.body.stmts) if isinstance(loop.body, Seq) else [loop.body]
@@ -820,7 +828,8 @@ def _check_in_blocks(loop):
         n += 1
     flags, rest = stmts[:n], stmts[n:]
     size = _block_size(loop)
-    if not flags or size is None or not any(isinstance(x, For) for s in rest for x in walk_stmt(s)):
+    if not flags or size is None or not (any(isinstance(x, For) for s in rest for x in walk_stmt(s))
+                                         or _scalar_scatter(loop)):
         return loop
     extent, name = loop.extent, loop.var.name
     block = Var(f"{name}_cblock")
@@ -837,6 +846,22 @@ def _check_in_blocks(loop):
     def over(var, part):
         return For(var, count, substitute(sequence(part), {loop.var: Binary("add", first, var)}))
     return For(block, blocks, Seq((over(Var(f"{name}_check"), flags), over(Var(f"{name}_slice"), rest))), loop.kind)
+
+
+def _scalar_scatter(loop: For) -> bool:
+    """Whether ``loop`` is an innermost loop that writes through an index read from data and
+    whose iterations may update one element (not ``independent_scatter``): a loop LLVM keeps
+    scalar, element by element.
+
+    Why: there a flag tested element by element is scalar too: an add, a compare, a set and an
+    or of a status for every update, in a loop of about fourteen instructions per update (a
+    scatter-add along the last axis); in blocks, the tests are one vectorised pass over the
+    block's indices, which stay in L1 for its updates."""
+    if any(isinstance(x, For) for x in walk_stmt(loop.body)) or independent_scatter(loop):
+        return False
+    facts = _let_facts(loop.body)
+    return any(isinstance(st, (Store, Reduce)) and any(_index_facts(i, facts)[0] for i in st.indices)
+               for st in walk_stmt(loop.body))
 
 
 def _block_size(loop):
