@@ -92,12 +92,18 @@ class _SingleElement(Exception):
 
 def _let_values(s) -> dict:
     """Every variable the Lets of ``s`` bind, mapped to its value written without Let variables."""
-    values: dict = {}
+    return _over_lets(s, substitute_expr)
+
+
+def _over_lets(s, describe) -> dict:
+    """Every variable the Lets of ``s`` bind, mapped to ``describe(value, the map so far)``, in
+    the order they bind."""
+    out: dict = {}
     for st in walk_stmt(s):
         if isinstance(st, Let):
             for var, value in st.bindings:
-                values[var] = substitute_expr(value, values)
-    return values
+                out[var] = describe(value, out)
+    return out
 
 
 def _schedule_stage(s):
@@ -502,23 +508,13 @@ def _gathers(stage):
     for loop in walk_stmt(stage):
         if not isinstance(loop, For) or any(isinstance(x, For) for x in walk_stmt(loop.body)):
             continue
-        facts = _let_facts(loop.body)
+        facts = _over_lets(loop.body, _index_facts)
         for load in (x for s in walk_stmt(loop.body) for e in stmt_exprs(s) for x in walk_expr(e)):
             if isinstance(load, Load):
                 for dim, index in enumerate(load.indices):
                     width, uses = _index_facts(index, facts)
                     if width and loop.var in uses:
                         yield load, dim, width
-
-
-def _let_facts(body) -> dict:
-    """``_index_facts`` of every variable the Lets of ``body`` bind."""
-    facts: dict = {}
-    for st in walk_stmt(body):
-        if isinstance(st, Let):
-            for var, value in st.bindings:
-                facts[var] = _index_facts(value, facts)
-    return facts
 
 
 def _index_facts(e, facts: dict):
@@ -859,7 +855,7 @@ def _scalar_scatter(loop: For) -> bool:
     block's indices, which stay in L1 for its updates."""
     if any(isinstance(x, For) for x in walk_stmt(loop.body)) or independent_scatter(loop):
         return False
-    facts = _let_facts(loop.body)
+    facts = _over_lets(loop.body, _index_facts)
     return any(isinstance(st, (Store, Reduce)) and any(_index_facts(i, facts)[0] for i in st.indices)
                for st in walk_stmt(loop.body))
 
