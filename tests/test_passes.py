@@ -86,10 +86,13 @@ def take_rows_exe(rows, threads=1, symbolic=False, middle=False):
 
 
 def check_blocks(exe):
-    """The loops of an executable's kernels that hold nothing but an index flag."""
-    from cinnlite.ir.loopnest import FlagIndexError
-    return [loop for k in exe.lowered.kernels for loop in walk_stmt(k.body)
-            if isinstance(loop, For) and isinstance(loop.body, If) and isinstance(loop.body.then, FlagIndexError)]
+    """The loops of an executable's kernels that hold nothing but index flags."""
+    from cinnlite.ir.loopnest import FlagIndexError, Seq
+
+    def flags_only(body):
+        stmts = body.stmts if isinstance(body, Seq) else (body,)
+        return all(isinstance(s, If) and isinstance(s.then, FlagIndexError) for s in stmts)
+    return [loop for k in exe.lowered.kernels for loop in walk_stmt(k.body) if isinstance(loop, For) and flags_only(loop.body)]
 
 
 def expected_block(rows, symbolic, middle):
@@ -199,6 +202,53 @@ def test_scatter_element_loops_that_stay_scalar_test_their_indices_in_blocks(red
             exe(x=x, i=j, u=u)
         first = min(bad)
         assert info.value.position == first and info.value.value == bad[first]
+
+
+def _other_scalar_scatters():
+    """(name, program, inputs, numpy reference) of scatters whose update loop stays scalar
+    other than along the last axis: a 1-D scatter, a scatter_nd of element pairs, and a mean
+    along axis 0 (its two written buffers keep it from being vectorised)."""
+    rng = np.random.default_rng(11)
+    cases = []
+    b = NetBuilder("flat")
+    x, i, u = (b.create_input(d, sh, n) for d, sh, n in (("float32", (50,), "x"), ("int64", (300,), "i"),
+                                                         ("float32", (300,), "u")))
+    feeds = {"x": rng.integers(-8, 8, 50).astype(np.float32), "i": rng.integers(-50, 50, 300),
+             "u": rng.integers(-8, 8, 300).astype(np.float32)}
+    want = feeds["x"].copy()
+    np.add.at(want, feeds["i"] % 50, feeds["u"])
+    cases.append(("flat", b.build([b.scatter(x, i, u, axis=0, reduce="add")]), feeds, want))
+    b = NetBuilder("pairs")
+    x, i, u = (b.create_input(d, sh, n) for d, sh, n in (("float32", (5, 10), "x"), ("int64", (300, 2), "i"),
+                                                         ("float32", (300,), "u")))
+    idx = np.stack([rng.integers(-5, 5, 300), rng.integers(-10, 10, 300)], axis=1)
+    feeds = {"x": rng.integers(-8, 8, (5, 10)).astype(np.float32), "i": idx, "u": rng.integers(-8, 8, 300).astype(np.float32)}
+    want = feeds["x"].copy()
+    np.add.at(want, (idx[:, 0] % 5, idx[:, 1] % 10), feeds["u"])
+    cases.append(("pairs", b.build([b.scatter_nd(x, i, u, reduce="add")]), feeds, want))
+    b = NetBuilder("mean0")
+    x, i, u = (b.create_input(d, sh, n) for d, sh, n in (("float32", (3, 100), "x"), ("int64", (4, 100), "i"),
+                                                         ("float32", (4, 100), "u")))
+    feeds = {"x": rng.integers(-8, 8, (3, 100)).astype(np.float32), "i": rng.integers(-3, 3, (4, 100)),
+             "u": rng.integers(-8, 8, (4, 100)).astype(np.float32)}
+    want = scatter_reference(feeds["x"], feeds["i"], feeds["u"], "mean", 0)
+    cases.append(("mean0", b.build([b.scatter(x, i, u, axis=0, reduce="mean")]), feeds, want))
+    return cases
+
+
+@pytest.mark.parametrize("case", _other_scalar_scatters(), ids=lambda c: c[0])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_other_scalar_scatters_test_their_indices_in_blocks(case, threads):
+    name, program, feeds, want = case
+    exe = cl.compile(program, threads=threads, cache=False)
+    assert len(check_blocks(exe)) == 1
+    np.testing.assert_allclose(exe(**feeds), want, rtol=1e-6)
+    first, later = {"flat": ((250,), (290,)), "pairs": ((250, 0), (270, 1)), "mean0": ((3, 80), (3, 95))}[name]
+    bad = dict(feeds, i=feeds["i"].copy())
+    bad["i"][first], bad["i"][later] = 1000, -1000
+    with pytest.raises(cl.IndexOutOfRangeError) as info:
+        exe(**bad)
+    assert info.value.position == first and info.value.value == 1000
 
 
 def test_scatters_of_distinct_elements_keep_their_flag_beside_the_update():
