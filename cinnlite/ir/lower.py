@@ -90,9 +90,10 @@ class IndexValue:
             r = Binary("mod", v, s)
             self.index = Select(Cmp("lt", r, const(0)), Binary("add", r, s), r)
         elif mode == "fill":
-            wrapped_neg = Select(Cmp("lt", v, const(0)), Binary("add", v, s), v)
-            self.valid = logical_and(Cmp("ge", v, _negated(size)), Cmp("lt", v, s))
-            self.index = Select(self.valid, wrapped_neg, const(0))
+            # The position where the value has one, else a value of at least the size.
+            u, s = _signed_position(v, size)
+            self.valid = Cmp("lt", u, s)
+            self.index = Select(self.valid, _as_int64(u), const(0))
         else:  # pragma: no cover - modes are validated when the node is built
             raise AssertionError(mode)
 
@@ -113,20 +114,28 @@ class IndexValue:
 
 def _checked_position(raw, size):
     """The position of an index value that ``mode="raise"`` checks (on an axis of ``size`` >= 1),
-    computed in uint64: ``min(v, v + size)`` is ``v + size`` for a negative ``v`` (whose unsigned
-    value exceeds every position) and ``v`` otherwise; the last ``min`` with ``size - 1`` keeps
-    a value the check flags within bounds, as a clamp would.
+    with any value the check flags kept within bounds, as a clamp would (``_signed_position``,
+    then a minimum with ``size - 1``).
 
-    Why: two unsigned minimums and an add, where the signed form (negative values wrapped with
-    a compare and a select, then clamped with a maximum and a minimum) takes five operations
-    per lane; it is the hot path of every gather along an axis that is not a power of two or
-    whose size is symbolic."""
+    Why: an add and two unsigned minimums, where the signed form (negative values wrapped with a
+    compare and a select, then clamped with a maximum and a minimum) takes five operations per
+    lane; it is the hot path of every gather along an axis that is not a power of two or whose
+    size is symbolic."""
     if not raw.dtype.is_signed:
         w, _ = _unsigned_operands(raw, size)
         return _as_int64(minimum(w, _minus_one(size, w.dtype)))
-    w = Cast(uint64, _as_int64(raw))
+    u, _ = _signed_position(_as_int64(raw), size)
+    return _as_int64(minimum(u, _minus_one(size, uint64)))
+
+
+def _signed_position(v, size):
+    """(``u``, the size) in uint64 for an int64 index value ``v`` on an axis of ``size`` >= 1:
+    ``u = min(v, v + size)`` is ``v``'s position where ``-size <= v < size`` (a negative ``v``,
+    as unsigned, exceeds every position, so ``v + size`` is the smaller) and at least ``size``
+    for every other value (``v + size`` wraps for none: sizes stay far below 2**63)."""
+    w = Cast(uint64, v)
     s = const(size, uint64) if _static(size) else Cast(uint64, as_expr(size))
-    return _as_int64(minimum(minimum(w, Binary("add", w, s)), _minus_one(size, uint64)))
+    return minimum(w, Binary("add", w, s)), s
 
 
 def _as_int64(e):
