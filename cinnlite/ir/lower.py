@@ -78,11 +78,11 @@ class IndexValue:
             # The check proves the range, so any in-bounds guard will do: on a power-of-two
             # axis the wrap below is a mask, cheaper than a clamp, and equal on valid values.
             mode = "wrap"
-        if mode == "raise":
-            # The check nest has proven the range; clamping keeps memory safe regardless.
-            self.index = _checked_position(raw, size)
-        elif not raw.dtype.is_signed:
-            self._unsigned(raw, size, mode)
+        if not raw.dtype.is_signed:
+            # raise: the check nest has proven the range; a clamp keeps memory safe regardless.
+            self._unsigned(raw, size, "clip" if mode == "raise" else mode)
+        elif mode == "raise":
+            self.index = _checked_position(v, size)
         elif mode == "clip":
             # numpy's clip: every negative value, -1 included, clips to 0.
             self.index = minimum(maximum(v, const(0)), _minus_one(size))
@@ -112,19 +112,16 @@ class IndexValue:
             raise AssertionError(mode)
 
 
-def _checked_position(raw, size):
-    """The position of an index value that ``mode="raise"`` checks (on an axis of ``size`` >= 1),
-    with any value the check flags kept within bounds, as a clamp would (``_signed_position``,
-    then a minimum with ``size - 1``).
+def _checked_position(v, size):
+    """The position of an int64 index value that ``mode="raise"`` checks (on an axis of ``size``
+    >= 1), with any value the check flags kept within bounds, as a clamp would
+    (``_signed_position``, then a minimum with ``size - 1``).
 
     Why: an add and two unsigned minimums, where the signed form (negative values wrapped with a
     compare and a select, then clamped with a maximum and a minimum) takes five operations per
     lane; it is the hot path of every gather along an axis that is not a power of two or whose
     size is symbolic."""
-    if not raw.dtype.is_signed:
-        w, _ = _unsigned_operands(raw, size)
-        return _as_int64(minimum(w, _minus_one(size, w.dtype)))
-    u, _ = _signed_position(_as_int64(raw), size)
+    u, _ = _signed_position(v, size)
     return _as_int64(minimum(u, _minus_one(size, uint64)))
 
 
