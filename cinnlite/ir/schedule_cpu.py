@@ -506,7 +506,7 @@ def _gathers(stage):
     one). The index width is the widest element of data the index reads, in bytes; both are
     found through the loop's Lets too."""
     for loop in walk_stmt(stage):
-        if not isinstance(loop, For) or any(isinstance(x, For) for x in walk_stmt(loop.body)):
+        if not isinstance(loop, For) or not _innermost(loop):
             continue
         facts = _over_lets(loop.body, _index_facts)
         for load in (x for s in walk_stmt(loop.body) for e in stmt_exprs(s) for x in walk_expr(e)):
@@ -515,6 +515,11 @@ def _gathers(stage):
                     width, uses = _index_facts(index, facts)
                     if width and loop.var in uses:
                         yield load, dim, width
+
+
+def _innermost(loop: For) -> bool:
+    """Whether no loop runs inside ``loop``."""
+    return not any(isinstance(x, For) for x in walk_stmt(loop.body))
 
 
 def _index_facts(e, facts: dict):
@@ -546,18 +551,15 @@ def independent_scatter(loop: For) -> bool:
     Zen 4, two threads, 1 M updates along axis 0: float16 add 3.6 -> 1.7 ms, float32 add 2.3 ->
     1.7, max 3.0 -> 1.7; 25 M float32 adds 341 -> 199 ms. One buffer: a mean, which writes a
     sum and a count, each element by element, ran slower so (4.0-5.6 -> 4.4-6.6 ms)."""
-    if any(isinstance(x, For) for x in walk_stmt(loop.body)):
+    if not _innermost(loop):
         return False
-    facts: dict = {}
+    facts = _over_lets(loop.body, _index_facts)
+    if loop.var in facts:  # a Let that rebinds the loop's variable
+        return False
     writes: dict = {}  # a written buffer's name -> (the Buffer written, its indices)
     through_data = False
     for st in walk_stmt(loop.body):
-        if isinstance(st, Let):
-            if any(var == loop.var for var, _ in st.bindings):
-                return False
-            for var, value in st.bindings:
-                facts[var] = _index_facts(value, facts)
-        elif isinstance(st, (Store, Reduce)):
+        if isinstance(st, (Store, Reduce)):
             access = (st.buffer, st.indices)
             if writes.setdefault(st.buffer.name, access) != access or not _walks_a_dimension(loop, *access):
                 return False
@@ -853,7 +855,7 @@ def _scalar_scatter(loop: For) -> bool:
     or of a status for every update, in a loop of about fourteen instructions per update (a
     scatter-add along the last axis); in blocks, the tests are one vectorised pass over the
     block's indices, which stay in L1 for its updates."""
-    if any(isinstance(x, For) for x in walk_stmt(loop.body)) or independent_scatter(loop):
+    if not _innermost(loop) or independent_scatter(loop):
         return False
     facts = _over_lets(loop.body, _index_facts)
     return any(isinstance(st, (Store, Reduce)) and any(_index_facts(i, facts)[0] for i in st.indices)
