@@ -251,6 +251,43 @@ def test_other_scalar_scatters_test_their_indices_in_blocks(case, threads):
     assert info.value.position == first and info.value.value == 1000
 
 
+@pytest.mark.parametrize("depth", [2, 3])
+@pytest.mark.parametrize("symbolic", [False, True])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_gathers_of_index_tuples_test_them_in_blocks(depth, symbolic, threads):
+    """A gather_nd of elements tests every coordinate of a tuple: its tests run in blocks in
+    front of the element loop, with numpy's results and the first bad position (the tuple's row
+    and coordinate) whatever block (the last, shorter one included) holds it."""
+    shape = (5, 10, 3)[:depth]
+    b = NetBuilder("tuples")
+    x = b.create_input("float32", shape, "x")
+    i = b.create_input("int64", ("N", depth) if symbolic else (5000, depth), "i")
+    exe = cl.compile(b.build([b.gather_nd(x, i)]), threads=threads, cache=False)
+    assert len(check_blocks(exe)) == 1
+    rng = np.random.default_rng(depth)
+    x = rng.integers(-8, 8, shape).astype(np.float32)
+    for n in ([5000] if not symbolic else [5000, 1, 64, 129]):
+        idx = np.stack([rng.integers(-s, s, n) for s in shape], axis=1)
+        np.testing.assert_array_equal(exe(x=x, i=idx), x[tuple((idx % shape).T)])
+    idx = np.stack([rng.integers(-s, s, 5000) for s in shape], axis=1)
+    for bad in ({(4999, depth - 1): 10}, {(70, 0): -6, (4000, 1): 99}, {(2500, 1): 10, (2500, 0): -60}):
+        j = idx.copy()
+        for k, v in bad.items():
+            j[k] = v
+        with pytest.raises(cl.IndexOutOfRangeError) as info:
+            exe(x=x, i=j)
+        first = min(bad)
+        assert info.value.position == first and info.value.value == bad[first]
+
+
+def test_gathers_of_32_bit_index_tuples_keep_their_flag_beside_the_element():
+    """LLVM reads tuples of 32-bit indices as vectors and tests them with the gather's own
+    arithmetic: nothing to block."""
+    b = NetBuilder("tuples32")
+    x, i = b.create_input("float32", (5, 10), "x"), b.create_input("int32", (5000, 2), "i")
+    assert check_blocks(cl.compile(b.build([b.gather_nd(x, i)]), cache=False)) == []
+
+
 def test_scatters_of_distinct_elements_keep_their_flag_beside_the_update():
     """Along axis 0 the updates of a row meet distinct elements and LLVM vectorises the loop,
     its flag with it: nothing to block."""
