@@ -7,8 +7,8 @@ import cinnlite as cl
 from cinnlite import NetBuilder
 from cinnlite.dtypes import float32, int64
 from cinnlite.errors import CompileError
-from cinnlite.ir.loopnest import (Binary, Buffer, Cmp, Const, For, If, Kernel, Let, Load, ReportIndexError, Seq,
-                                  Store, Var)
+from cinnlite.ir.loopnest import (Binary, Buffer, Cmp, Const, FlagIndexError, For, If, Kernel, Let, Load,
+                                  ReportIndexError, Seq, Store, Var)
 from cinnlite.ir.passes import remove_unit_loops, simplify, verify
 from cinnlite.ir.schedule_cpu import schedule_cpu
 from cinnlite.ir.transform import walk_stmt
@@ -73,6 +73,40 @@ def test_folded_check_reports_the_first_bad_position(threads):
     with pytest.raises(cl.IndexOutOfRangeError) as info:
         exe(x=x, i=i)
     assert info.value.position == (700, 8) and info.value.value == 99
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("symbolic", [False, True])
+@pytest.mark.parametrize("middle", [False, True])
+def test_an_index_read_again_for_every_row_is_tested_in_the_first_pass(threads, symbolic, middle):
+    """A take along the last (or middle) axis reads its whole index once per row: the first row
+    of each thread's chunk tests it, the other rows copy with no test; numpy's results and the
+    first bad position whichever rows the threads share out."""
+    b = NetBuilder("last")
+    shape = (3, 400, 30) if middle else (400, 30)
+    x = b.create_input("float32", shape, "x")
+    i = b.create_input("int64", ("N",) if symbolic else (5000,), "i")
+    axis = len(shape) - 1 if not middle else 1
+    exe = cl.compile(b.build([b.take(x, i, axis=axis)]), threads=threads, cache=False)
+    stage = exe.lowered.kernels[0].body
+    stage = stage.stmts[0] if isinstance(stage, Seq) else stage
+    assert isinstance(stage.body, If) and "range_begin" in str(stage.body.cond)
+    assert not any(isinstance(s, If) and isinstance(s.then, FlagIndexError) for s in walk_stmt(stage.body.orelse))
+    rng = np.random.default_rng(3)
+    x = rng.integers(-8, 8, shape).astype(np.float32)
+    extent = shape[axis]
+    for n in ([5000] if not symbolic else [5000, 1, 77]):
+        idx = rng.integers(-extent, extent, n)
+        np.testing.assert_array_equal(exe(x=x, i=idx), np.take(x, idx % extent, axis=axis))
+    idx = rng.integers(-extent, extent, 5000)
+    for bad in ({(4999,): extent}, {(70,): -extent - 1, (4000,): 99}):
+        j = idx.copy()
+        for k, v in bad.items():
+            j[k] = v
+        with pytest.raises(cl.IndexOutOfRangeError) as info:
+            exe(x=x, i=j)
+        first = min(bad)
+        assert info.value.position == first and info.value.value == bad[first]
 
 
 def take_rows_exe(rows, threads=1, symbolic=False, middle=False):

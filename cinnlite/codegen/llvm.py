@@ -22,7 +22,7 @@ from llvmlite import ir
 from ..dtypes import DType, float16, float32
 from ..ir.loopnest import (Binary, Buffer, Cast, Cmp, Const, FlagIndexError, Math, For, If, Let, Load,
                            LoweredProgram, Reduce, ReportIndexError, Select, Seq, Store, Var)
-from ..ir.passes import RANGE_BEGIN, RANGE_END
+from ..ir.passes import CHUNKED_LOOPS, RANGE_BEGIN, RANGE_END
 from ..ir.schedule_cpu import (PARALLEL_MIN_WORK, gather_reach, narrow_gathers, stage_extent, stage_work,
                                independent_scatter, threaded_gathers, wide_row_gathers)
 from ..ir.symbolic import is_symbol_load
@@ -488,7 +488,7 @@ class _KernelEmitter:
         self.vars[s.var] = slot
         extent = self.expr(s.extent)
         start = ir.Constant(I64, 0)
-        if s.kind in ("parallel", "parallel_check", "deferred_check"):
+        if s.kind in CHUNKED_LOOPS:
             # This call runs the chunk [begin, min(end, extent)) of the loop.
             start = self.expr(RANGE_BEGIN)
             end = self.expr(RANGE_END)

@@ -25,6 +25,8 @@ from .transform import map_stmt, stmt_exprs, substitute, walk_expr
 RANGE_BEGIN = Var("range_begin")
 RANGE_END = Var("range_end")
 RANGE_VARS = (RANGE_BEGIN, RANGE_END)
+#: The kinds of stage loop that one call runs a chunk ``[range_begin, range_end)`` of.
+CHUNKED_LOOPS = ("parallel", "parallel_check", "deferred_check")
 
 
 # -- remove_unit_loops ------------------------------------------------------------------------

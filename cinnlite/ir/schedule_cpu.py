@@ -16,7 +16,7 @@ from dataclasses import replace
 
 from .loopnest import (Binary, Cmp, Const, FlagIndexError, For, If, Kernel, Let, Load, Reduce, ReportIndexError,
                        Select, Seq, Store, Var, as_expr, dim_mul, let, logical_and)
-from .passes import RANGE_BEGIN, RANGE_END, simplify_expr
+from .passes import CHUNKED_LOOPS, RANGE_BEGIN, RANGE_END, simplify_expr
 from .transform import (buffers_of, data_loads, expr_vars, is_data_load, kernel_stages, loads_of, map_expr, map_stmt,
                         sequence, stmt_exprs, substitute, substitute_expr, walk_expr, walk_stmt, written_buffers)
 
@@ -460,7 +460,7 @@ def _row_init_with_updates(init, updates):
 def stage_extent(stage):
     """The size of a stage's parallel dimension: its loop extent, or the output rows. An int, or
     the int64 expression of a symbolic size, which the runtime evaluates per call."""
-    if isinstance(stage, For) and stage.kind in ("parallel", "parallel_check", "deferred_check"):
+    if isinstance(stage, For) and stage.kind in CHUNKED_LOOPS:
         return _size(stage.extent)
     if isinstance(stage, For) and stage.kind == "parallel_rows":
         return next(x for x in walk_stmt(stage) if isinstance(x, Reduce)).buffer.shape[0]
@@ -769,7 +769,7 @@ def _flag_loads(stage, index: Load, cond, check_id):
         on a loop's variable moves in front of that loop (not out of the stage's own loop), so
         an inner loop that copies a slice stays a plain, vectorisable copy."""
         if isinstance(s, For):
-            loop = replace(s, body=visit(s.body, set()))
+            loop = _test_first_pass(replace(s, body=visit(s.body, set())))
             return loop if top else _hoist_flags(loop)
         if isinstance(s, Seq):
             out = []
@@ -788,6 +788,29 @@ def _flag_loads(stage, index: Load, cond, check_id):
         return Seq(tuple(flags) + (s,)) if flags else s
 
     return visit(stage, set(), top=True)
+
+
+def _test_first_pass(loop: For):
+    """``for v { for w { flags(w); rest } }``, where the flags do not use ``v``, as
+    ``for v { if v == first { for w { flags(w); rest } } else { for w { rest } } }``: every pass
+    of the inner loop tests the same index values, so the first pass a call makes (``first``:
+    ``range_begin`` in a loop threads share in chunks, else 0) tests them for all.
+
+    Why: a ``take`` along the last axis re-reads its index for every row, and tested it every
+    time (64 rows of 16 384 elements: a million tests for 16 384 values); the first pass tests
+    them where it loads them, the others copy with no test."""
+    inner = loop.body
+    if not isinstance(inner, For) or loop.var in expr_vars(inner.extent):
+        return loop
+    stmts = list(inner.body.stmts) if isinstance(inner.body, Seq) else [inner.body]
+    n = 0
+    while n < len(stmts) and _is_flag(stmts[n]):
+        n += 1
+    if n == 0 or n == len(stmts) or any(loop.var in expr_vars(f.cond) for f in stmts[:n]):
+        return loop
+    first = RANGE_BEGIN if loop.kind in CHUNKED_LOOPS else Const(0)
+    untested = replace(inner, body=sequence(stmts[n:]))
+    return replace(loop, body=If(Cmp("eq", loop.var, first), inner, untested))
 
 
 def _hoist_flags(loop: For):
