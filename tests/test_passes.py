@@ -75,6 +75,19 @@ def test_folded_check_reports_the_first_bad_position(threads):
     assert info.value.position == (700, 8) and info.value.value == 99
 
 
+def assert_first_bad(exe, feeds: dict, bads):
+    """For each ``{position: value}`` of ``bads`` set into a copy of ``feeds["i"]``, the call
+    raises and reports the first of those positions and its value."""
+    for bad in bads:
+        j = feeds["i"].copy()
+        for k, v in bad.items():
+            j[k] = v
+        with pytest.raises(cl.IndexOutOfRangeError) as info:
+            exe(**dict(feeds, i=j))
+        first = min(bad)
+        assert info.value.position == first and info.value.value == bad[first]
+
+
 @pytest.mark.parametrize("threads", [1, 2, 3])
 @pytest.mark.parametrize("symbolic", [False, True])
 @pytest.mark.parametrize("middle", [False, True])
@@ -98,15 +111,8 @@ def test_an_index_read_again_for_every_row_is_tested_in_the_first_pass(threads, 
     for n in ([5000] if not symbolic else [5000, 1, 77]):
         idx = rng.integers(-extent, extent, n)
         np.testing.assert_array_equal(exe(x=x, i=idx), np.take(x, idx % extent, axis=axis))
-    idx = rng.integers(-extent, extent, 5000)
-    for bad in ({(4999,): extent}, {(70,): -extent - 1, (4000,): 99}):
-        j = idx.copy()
-        for k, v in bad.items():
-            j[k] = v
-        with pytest.raises(cl.IndexOutOfRangeError) as info:
-            exe(x=x, i=j)
-        first = min(bad)
-        assert info.value.position == first and info.value.value == bad[first]
+    assert_first_bad(exe, {"x": x, "i": rng.integers(-extent, extent, 5000)},
+                     ({(4999,): extent}, {(70,): -extent - 1, (4000,): 99}))
 
 
 def take_rows_exe(rows, threads=1, symbolic=False, middle=False):
@@ -160,14 +166,9 @@ def test_slice_loops_test_their_indices_in_blocks(rows, threads, symbolic, middl
     for n in ([rows] if not symbolic else [rows, 0, 1, 65, 129]):
         i = np.random.default_rng(n).integers(-50, 50, n)
         np.testing.assert_array_equal(exe(x=x, i=i), np.take(x, i, axis=axis))
-    for bad in ({rows - 1: 50}, {0: -51, rows - 1: 99}, {rows // 2: 77, rows - 2: -60}):
-        j = i.copy() if not symbolic else np.random.default_rng(rows).integers(-50, 50, rows)
-        for k, v in bad.items():
-            j[k] = v
-        with pytest.raises(cl.IndexOutOfRangeError) as info:
-            exe(x=x, i=j)
-        first = min(bad)
-        assert info.value.position == (first,) and info.value.value == bad[first]
+    i = i if not symbolic else np.random.default_rng(rows).integers(-50, 50, rows)
+    assert_first_bad(exe, {"x": x, "i": i},
+                     ({(rows - 1,): 50}, {(0,): -51, (rows - 1,): 99}, {(rows // 2,): 77, (rows - 2,): -60}))
 
 
 def test_a_split_loop_keeps_blocks_enough_for_every_thread():
@@ -227,15 +228,8 @@ def test_scatter_element_loops_that_stay_scalar_test_their_indices_in_blocks(red
         i = rng.integers(-50, 50, (3, cols))
         u = rng.integers(-8, 8, i.shape).astype(np.float32)
         np.testing.assert_allclose(exe(x=x, i=i, u=u), scatter_reference(x, i, u, reduce, 1), rtol=1e-6)
-    i, u = rng.integers(-50, 50, (3, 200)), np.ones((3, 200), np.float32)
-    for bad in ({(2, 199): 50}, {(0, 70): -51, (2, 5): 99}, {(1, 130): 77, (1, 198): -60}):
-        j = i.copy()
-        for k, v in bad.items():
-            j[k] = v
-        with pytest.raises(cl.IndexOutOfRangeError) as info:
-            exe(x=x, i=j, u=u)
-        first = min(bad)
-        assert info.value.position == first and info.value.value == bad[first]
+    assert_first_bad(exe, {"x": x, "i": rng.integers(-50, 50, (3, 200)), "u": np.ones((3, 200), np.float32)},
+                     ({(2, 199): 50}, {(0, 70): -51, (2, 5): 99}, {(1, 130): 77, (1, 198): -60}))
 
 
 def _other_scalar_scatters():
@@ -304,14 +298,8 @@ def test_gathers_of_index_tuples_test_them_in_blocks(depth, symbolic, threads):
         idx = np.stack([rng.integers(-s, s, n) for s in shape], axis=1)
         np.testing.assert_array_equal(exe(x=x, i=idx), x[tuple((idx % shape).T)])
     idx = np.stack([rng.integers(-s, s, 5000) for s in shape], axis=1)
-    for bad in ({(4999, depth - 1): 10}, {(70, 0): -6, (4000, 1): 99}, {(2500, 1): 10, (2500, 0): -60}):
-        j = idx.copy()
-        for k, v in bad.items():
-            j[k] = v
-        with pytest.raises(cl.IndexOutOfRangeError) as info:
-            exe(x=x, i=j)
-        first = min(bad)
-        assert info.value.position == first and info.value.value == bad[first]
+    assert_first_bad(exe, {"x": x, "i": idx},
+                     ({(4999, depth - 1): 10}, {(70, 0): -6, (4000, 1): 99}, {(2500, 1): 10, (2500, 0): -60}))
 
 
 def test_gathers_of_32_bit_index_tuples_keep_their_flag_beside_the_element():
