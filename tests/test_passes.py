@@ -115,6 +115,18 @@ def test_an_index_read_again_for_every_row_is_tested_in_the_first_pass(threads, 
                      ({(4999,): extent}, {(70,): -extent - 1, (4000,): 99}))
 
 
+def test_stage_work_counts_the_branch_that_runs():
+    """An iteration runs one branch of an if/else: the stage's work is the larger, not both
+    (a first pass that tests beside its copies does not double a take's work)."""
+    from cinnlite.ir.schedule_cpu import stage_work
+    out = Buffer("out", float32, (10, 5))
+    i, j = Var("i"), Var("j")
+    store = Store(out, (i, j), Const(1.0, float32))
+    branches = If(Cmp("eq", i, Const(0)), For(j, Const(5), store), For(j, Const(3), store))
+    assert stage_work(For(i, Const(10), branches, "parallel")) == 50
+    assert stage_work(For(i, Const(10), If(Cmp("eq", i, Const(0)), For(j, Const(5), store)), "parallel")) == 50
+
+
 def take_rows_exe(rows, threads=1, symbolic=False, middle=False):
     """A take of 8-wide rows (along the middle axis of a 3-D tensor where ``middle``): a loop
     that tests one index per iteration and then copies a slice."""

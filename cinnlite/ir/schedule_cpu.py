@@ -491,12 +491,19 @@ def stage_work(stage):
             return dim_mul(extent if isinstance(extent, int) or not expr_vars(extent) else 1, work(s.body))
         if isinstance(s, Seq):
             return dim_sum([work(x) for x in s.stmts])
-        if isinstance(s, If):
-            return dim_sum([work(s.then), work(s.orelse) if s.orelse is not None else 0])
+        if isinstance(s, If):  # one branch runs: the larger counts
+            return work(s.then) if s.orelse is None else _dim_max(work(s.then), work(s.orelse))
         if isinstance(s, Let):
             return work(s.body)
         return 1
     return work(stage)
+
+
+def _dim_max(a, b):
+    """The larger of two sizes (ints or int64 expressions), an int when both are."""
+    if isinstance(a, int) and isinstance(b, int):
+        return max(a, b)
+    return a if a == b else Binary("max", as_expr(a), as_expr(b))
 
 
 def _gathers(stage):
