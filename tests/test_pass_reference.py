@@ -134,6 +134,21 @@ def take_batch_dims():
 
 
 @case
+def gather_along_rows():
+    """A gather along the last axis of 2 KB rows, read at 200 places each: the CPU prefetches
+    each row before gathering from it (``stream_rows``); a bad index in the last row."""
+    b = NetBuilder("gather_rows")
+    x, i = b.create_input("float32", (3, 512), "x"), b.create_input("int64", (3, 200), "i")
+    b.gather(x, i, axis=1, name="g")
+    X = floats((3, 512))
+    good = (np.arange(600).reshape(3, 200) * 37 % 1024 - 512).astype(np.int64)
+    bad = good.copy()
+    bad[2, 150] = 512
+    return Case(b.build(), lambda v: (R.gather(v["x"], v["i"], axis=1),), [dict(x=X, i=good), dict(x=X, i=bad)],
+                [None, ("gather 'g'", "i", (2, 150), 512)])
+
+
+@case
 def take_scalar_index():
     """A rank-0 index (the axis disappears, a rank-0 output) from an x with a size-1 axis."""
     b = NetBuilder("take_scalar")

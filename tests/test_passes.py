@@ -381,3 +381,52 @@ def test_a_repeated_check_is_dropped_unless_a_stage_between_writes_what_it_reads
 
     assert checks_left(check(0, "a"), check(1, "b"), write_out) == 1  # the same test, other names
     assert checks_left(check(0, "a"), write_idx, check(1, "b"), write_out) == 2  # idx changed between
+
+
+def rows_program(op, shape, count):
+    """A take or a gather along the last axis of ``shape``, ``count`` indices per row."""
+    b = NetBuilder("rows")
+    x = b.create_input("float32", shape, "x")
+    if op == "take":
+        i = b.create_input("int64", (count,), "i")
+        return b.build([b.take(x, i, axis=len(shape) - 1)])
+    i = b.create_input("int64", shape[:-1] + (count,), "i")
+    return b.build([b.gather(x, i, axis=len(shape) - 1)])
+
+
+def prefetch_loops(lowered):
+    from cinnlite.ir.loopnest import Prefetch
+    return [s for k in lowered.kernels for s in walk_stmt(k.body) if isinstance(s, For) and isinstance(s.body, Prefetch)]
+
+
+@pytest.mark.parametrize("op", ["take", "gather"])
+def test_rows_gathered_at_random_are_prefetched_in_order(op):
+    """Rows of 4 KB read at 300 random places each: the row's 64 lines are prefetched in front
+    of every gather loop; the evaluator (which checks every prefetch address) and the CPU, on
+    one and two threads, give numpy's results."""
+    from cinnlite.backends.cpu import CPU_PIPELINE
+    from cinnlite.ir.evaluate import evaluate
+    from cinnlite.ir.lower import lower_program
+    from cinnlite.ir.passes import run_pipeline
+    program = rows_program(op, (8, 1024), 300)
+    lowered = run_pipeline(lower_program(program), CPU_PIPELINE)
+    loops = prefetch_loops(lowered)
+    assert loops and all(loop.extent == Const(64) and loop.body.buffer.name == "x" for loop in loops)
+    rng = np.random.default_rng(5)
+    x = rng.random((8, 1024)).astype(np.float32)
+    i = rng.integers(-1024, 1024, (300,) if op == "take" else (8, 300))
+    want = np.take(x, i % 1024, axis=1) if op == "take" else np.take_along_axis(x, i % 1024, axis=1)
+    np.testing.assert_array_equal(evaluate(lowered, {"x": x, "i": i})[program.outputs[0].name], want)
+    for threads in (1, 2):
+        exe = cl.compile(program, threads=threads, cache=False)
+        assert prefetch_loops(exe.lowered)
+        np.testing.assert_array_equal(exe(x=x, i=i), want)
+
+
+@pytest.mark.parametrize("shape, count, axis", [((8, 64), 300, 1), ((2, 65536), 100, 1), ((1024, 8), 300, 0)],
+                         ids=["short rows", "sparse reads", "rows picked by the index"])
+def test_rows_read_sparsely_or_short_are_not_prefetched(shape, count, axis):
+    b = NetBuilder("rows")
+    x = b.create_input("float32", shape, "x")
+    i = b.create_input("int64", (count,), "i")
+    assert prefetch_loops(cl.compile(b.build([b.take(x, i, axis=axis)]), cache=False).lowered) == []

@@ -21,7 +21,7 @@ from llvmlite import ir
 
 from ..dtypes import DType, float16, float32
 from ..ir.loopnest import (Binary, Buffer, Cast, Cmp, Const, FlagIndexError, Math, For, If, Let, Load,
-                           LoweredProgram, Reduce, ReportIndexError, Select, Seq, Store, Var)
+                           LoweredProgram, Prefetch, Reduce, ReportIndexError, Select, Seq, Store, Var)
 from ..ir.passes import CHUNKED_LOOPS, RANGE_BEGIN, RANGE_END
 from ..ir.schedule_cpu import (PARALLEL_MIN_WORK, gather_reach, narrow_gathers, stage_extent, stage_work,
                                independent_scatter, threaded_gathers, wide_row_gathers)
@@ -463,6 +463,8 @@ class _KernelEmitter:
                         self.stmt(s.orelse)
         elif isinstance(s, FlagIndexError):
             b.store(ir.Constant(I32, FLAGGED), self.flag_slot())
+        elif isinstance(s, Prefetch):
+            self.prefetch(s)
         elif isinstance(s, ReportIndexError):
             pos = self.expr(s.position)
             b.store(ir.Constant(I64, s.check_id), self.error_slot("check"))
@@ -533,6 +535,14 @@ class _KernelEmitter:
         slot = self.flag_slot()
         bit = b.select(cond, ir.Constant(I32, FLAGGED), ir.Constant(I32, 0))
         b.store(b.or_(b.load(slot, typ=I32), bit), slot)
+
+    def prefetch(self, s: Prefetch):
+        """``llvm.prefetch`` of the element's cache line: for reading, kept in every cache level."""
+        module = self.fn.module
+        fn = module.globals.get("llvm.prefetch.p0") or ir.Function(
+            module, ir.FunctionType(ir.VoidType(), [PTR, I32, I32, I32]), "llvm.prefetch.p0")
+        address = self.address(s.buffer, s.indices)
+        self.b.call(fn, [address, ir.Constant(I32, 0), ir.Constant(I32, 3), ir.Constant(I32, 1)])
 
     def flag_slot(self):
         if not hasattr(self, "_flag"):

@@ -42,7 +42,7 @@ import numpy as np
 
 from ..dtypes import DType
 from .loopnest import (COMBINES, Binary, Buffer, Cast, Cmp, Const, FlagIndexError, Math, For, If, Kernel, Let, Load,
-                       LoweredProgram, Reduce, ReportIndexError, Select, Seq, Store, Var)
+                       LoweredProgram, Prefetch, Reduce, ReportIndexError, Select, Seq, Store, Var)
 from .passes import RANGE_BEGIN, RANGE_END, _c_div
 from .schedule_cpu import stage_extent
 from .transform import kernel_stages
@@ -427,6 +427,7 @@ STATEMENTS = {
     Let: _let,
     ReportIndexError: _report,
     FlagIndexError: _flag,
+    Prefetch: lambda ev, s: ev._offset(s.buffer, s.indices),  # in bounds; reads nothing
 }
 
 

@@ -295,6 +295,16 @@ class FlagIndexError(Stmt):
     check_id: int
 
 
+@dataclass(frozen=True)
+class Prefetch(Stmt):
+    """A hint that ``buffer[indices]`` (an element inside it) will be read soon: the CPU asks for
+    its cache line, and nothing else changes. Only the CPU schedule creates it (see
+    ``schedule_cpu.stream_rows``)."""
+
+    buffer: Buffer
+    indices: tuple
+
+
 # -- kernels and programs -----------------------------------------------------------------------
 
 

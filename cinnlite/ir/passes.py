@@ -14,8 +14,8 @@ from dataclasses import replace
 from ..dtypes import bool_, int64
 from ..errors import CompileError
 from .symbolic import SYMBOL_BUFFER_PREFIX, symbol_buffer
-from .loopnest import (Binary, Buffer, Cast, Cmp, Const, For, If, Kernel, Let, Load, LoweredProgram, Reduce, Select,
-                       Seq, Store, Var)
+from .loopnest import (Binary, Buffer, Cast, Cmp, Const, For, If, Kernel, Let, Load, LoweredProgram, Prefetch, Reduce,
+                       Select, Seq, Store, Var)
 from .transform import map_stmt, stmt_exprs, substitute, walk_expr
 
 # -- what every stage may use -------------------------------------------------------------------
@@ -173,6 +173,8 @@ def verify(kernel: Kernel) -> Kernel:
             if s.var in bound:
                 fail(f"variable {s.var.name} is bound twice")
             visit(s.body, bound | {s.var})
+        elif isinstance(s, Prefetch):
+            check_access(s.buffer, s.indices)
         elif isinstance(s, (Store, Reduce)):
             check_access(s.buffer, s.indices)
             if s.value.dtype != s.buffer.dtype:

@@ -4,7 +4,7 @@ from __future__ import annotations
 from .graph import display_name
 from .symbolic import is_symbol_load
 from .loopnest import (Binary, Cast, Cmp, Const, FlagIndexError, For, If, Kernel, Let, Load, LoweredProgram, Math,
-                       Reduce, ReportIndexError, Select, Seq, Store, Var)
+                       Prefetch, Reduce, ReportIndexError, Select, Seq, Store, Var)
 
 _INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "mod": "%", "and": "&&", "or": "||"}
 _CMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
@@ -63,6 +63,8 @@ def stmt_lines(s, indent: int = 1) -> list:
         return lets + stmt_lines(s.body, indent)
     if isinstance(s, FlagIndexError):
         return [f"{pad}flag_index_error(check={s.check_id})"]
+    if isinstance(s, Prefetch):
+        return [f"{pad}prefetch {display_name(s.buffer.name)}[{', '.join(expr_str(i) for i in s.indices)}]"]
     if isinstance(s, ReportIndexError):
         value = f", value={expr_str(s.value)}" if s.value is not None else ""
         return [f"{pad}report_index_error(check={s.check_id}, position={expr_str(s.position)}{value})"]

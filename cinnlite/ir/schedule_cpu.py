@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .loopnest import (Binary, Cmp, Const, FlagIndexError, For, If, Kernel, Let, Load, Reduce, ReportIndexError,
+from .loopnest import (Binary, Cmp, Const, FlagIndexError, For, If, Kernel, Let, Load, Prefetch, Reduce, ReportIndexError,
                        Select, Seq, Store, Var, as_expr, dim_mul, let, logical_and)
 from .passes import CHUNKED_LOOPS, RANGE_BEGIN, RANGE_END, simplify_expr
 from .transform import (buffers_of, data_loads, expr_vars, is_data_load, kernel_stages, loads_of, map_expr, map_stmt,
@@ -965,3 +965,62 @@ def defer_index_checks(kernel: Kernel) -> Kernel:
                     break
         k -= 1
     return replace(kernel, body=Seq(tuple(stages)))
+
+
+# -- stream_rows --------------------------------------------------------------------------------
+
+#: The rows ``stream_rows`` prefetches: from 2 KB (shorter ones the hardware's own prefetcher
+#: covers) to 256 KB (longer ones would evict their own first lines before the gathers reach them).
+STREAM_ROW_BYTES = (2 << 10, 256 << 10)
+CACHE_LINE_BYTES = 64
+
+
+def stream_rows(kernel: Kernel) -> Kernel:
+    """In front of an innermost loop that gathers at random along one row of a buffer (the data
+    index addresses its last dimension, every other index is a loop variable of an outer loop),
+    prefetch the row's cache lines in order, where the row is ``STREAM_ROW_BYTES`` long and the
+    loop reads at least one element per four of its lines.
+
+    Why: such a row (a ``gather`` or ``take`` along the last axis) arrives by demand misses in
+    random order, each waiting on memory, and the hardware's prefetcher sees no stream to follow.
+    Prefetched in order it streams in, and the gathers find it in cache: 2048 rows of 16 KB,
+    1024 random float32 elements from each, one thread, 7.4-7.9 -> 5.6-5.9 ms in C on a Zen 3."""
+    stages = [_rewrite_loops(stage, _prefetch_rows_inside, lambda x: isinstance(x, (For, If)))
+              for stage in kernel_stages(kernel)]
+    return replace(kernel, body=Seq(tuple(stages)))
+
+
+def _prefetch_rows_inside(s):
+    """``s`` (a loop or an if) with ``_row_prefetch`` in front of each loop directly inside it."""
+    def front(body):
+        if isinstance(body, Seq):
+            return Seq(tuple(front(x) for x in body.stmts))
+        prefetch = _row_prefetch(body) if isinstance(body, For) else None
+        return body if prefetch is None else Seq((prefetch, body))
+    if isinstance(s, For):
+        return replace(s, body=front(s.body))
+    if isinstance(s, If):
+        return replace(s, then=front(s.then), orelse=front(s.orelse) if s.orelse is not None else None)
+    return s
+
+
+def _row_prefetch(loop: For):
+    """The loop that prefetches the row ``loop`` gathers from (see ``stream_rows``), or None."""
+    if not _innermost(loop) or not isinstance(loop.extent, Const):
+        return None
+    facts = _over_lets(loop.body, _index_facts)
+    for load in (x for s in walk_stmt(loop.body) for e in stmt_exprs(s) for x in walk_expr(e)):
+        if not isinstance(load, Load) or not load.indices:
+            continue
+        *row, last = load.indices
+        width, uses = _index_facts(last, facts)
+        row_bytes = load.buffer.shape[-1] * load.buffer.dtype.itemsize if isinstance(load.buffer.shape[-1], int) else 0
+        lines = -(-row_bytes // CACHE_LINE_BYTES)
+        if (not width or loop.var not in uses or not all(isinstance(i, (Var, Const)) and i not in facts for i in row)
+                or loop.var in row or not STREAM_ROW_BYTES[0] <= row_bytes <= STREAM_ROW_BYTES[1]
+                or 4 * loop.extent.value < lines):
+            continue
+        line = Var(f"{loop.var.name}_line")
+        step = Const(max(1, CACHE_LINE_BYTES // load.buffer.dtype.itemsize))
+        return For(line, Const(lines), Prefetch(load.buffer, tuple(row) + (Binary("mul", line, step),)))
+    return None

@@ -11,7 +11,7 @@ here is bounded by the size of one operator's expressions, never by the size of 
 from __future__ import annotations
 
 from .symbolic import is_symbol_load
-from .loopnest import (Binary, Cast, Cmp, Const, Expr, FlagIndexError, For, If, Let, Load, Math, Reduce,
+from .loopnest import (Binary, Cast, Cmp, Const, Expr, FlagIndexError, For, If, Let, Load, Math, Prefetch, Reduce,
                        ReportIndexError, Select, Seq, Store, Var, as_expr, const, dim_mul)
 
 
@@ -80,6 +80,8 @@ def map_stmt(s, expr_fn=None, stmt_fn=None):
         return sf(Let(tuple((v, ex(e)) for v, e in s.bindings), body))
     if isinstance(s, FlagIndexError):
         return sf(s)
+    if isinstance(s, Prefetch):
+        return sf(Prefetch(s.buffer, tuple(ex(i) for i in s.indices)))
     if isinstance(s, ReportIndexError):
         return sf(ReportIndexError(s.check_id, ex(s.position), ex(s.value) if s.value is not None else None))
     raise TypeError(f"not a statement: {s!r}")
@@ -139,6 +141,8 @@ def stmt_exprs(s):
         return [value for _, value in s.bindings]
     if isinstance(s, ReportIndexError):
         return [s.position] + ([s.value] if s.value is not None else [])
+    if isinstance(s, Prefetch):
+        return list(s.indices)
     return []
 
 
