@@ -430,3 +430,23 @@ def test_rows_read_sparsely_or_short_are_not_prefetched(shape, count, axis):
     x = b.create_input("float32", shape, "x")
     i = b.create_input("int64", (count,), "i")
     assert prefetch_loops(cl.compile(b.build([b.take(x, i, axis=axis)]), cache=False).lowered) == []
+
+
+def test_a_row_gathered_block_by_block_is_not_prefetched_for_every_block():
+    """``for r { for t { for j { out[r, 64 t + j] = x[r, i[r, 64 t + j]] } } }``: the loop over
+    ``j`` runs once per block of a row, not once per row, so prefetching the row in front of it
+    would repeat for every block; without the loop over blocks, the row is prefetched."""
+    from cinnlite.ir.loopnest import Prefetch
+    from cinnlite.ir.schedule_cpu import stream_rows
+    x, i, out = Buffer("x", float32, (4, 1024)), Buffer("i", int64, (4, 512)), Buffer("out", float32, (4, 512))
+    r, t, j = Var("r"), Var("t"), Var("j")
+
+    def gather(col):
+        return For(j, Const(64) if col != j else Const(512), Store(out, (r, col), Load(x, (r, Load(i, (r, col))))))
+    blocked = For(r, Const(4), For(t, Const(8), gather(Binary("add", Binary("mul", t, Const(64)), j))), "parallel")
+    whole = For(r, Const(4), gather(j), "parallel")
+
+    def prefetches(body):
+        return [s for s in walk_stmt(stream_rows(kernel(body, x, i, out)).body) if isinstance(s, Prefetch)]
+    assert prefetches(blocked) == []
+    assert [p.indices[0] for p in prefetches(whole)] == [r]
