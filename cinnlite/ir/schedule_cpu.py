@@ -17,8 +17,8 @@ from dataclasses import replace
 from .loopnest import (Binary, Cmp, Const, FlagIndexError, For, If, Kernel, Let, Load, Prefetch, Reduce, ReportIndexError,
                        Select, Seq, Store, Var, as_expr, dim_mul, let, logical_and)
 from .passes import CHUNKED_LOOPS, RANGE_BEGIN, RANGE_END, simplify_expr
-from .transform import (buffers_of, data_loads, expr_vars, is_data_load, kernel_stages, loads_of, map_expr, map_stmt,
-                        sequence, stmt_exprs, substitute, substitute_expr, walk_expr, walk_stmt, written_buffers)
+from .transform import (buffers_of, data_loads, expr_vars, is_data_load, kernel_stages, let_vars, loads_of, map_expr,
+                        map_stmt, sequence, stmt_exprs, substitute, substitute_expr, walk_expr, walk_stmt, written_buffers)
 
 #: A stage splits across threads only from this many innermost iterations: below it, handing
 #: chunks to other threads costs more than it saves.
@@ -746,6 +746,16 @@ def _is_flag(s) -> bool:
     return isinstance(s, If) and isinstance(s.then, FlagIndexError)
 
 
+def _head_flags(body, takes) -> tuple:
+    """(the flags at the head of ``body``, as far as ``takes`` holds for each, the statements
+    after them), as lists."""
+    stmts = list(body.stmts) if isinstance(body, Seq) else [body]
+    n = 0
+    while n < len(stmts) and _is_flag(stmts[n]) and takes(stmts[n]):
+        n += 1
+    return stmts[:n], stmts[n:]
+
+
 def _flag_loads(stage, index: Load, cond, check_id):
     """Before every statement that loads the index buffer unconditionally, flag an
     out-of-range value (``_covers`` has proven those loads reach every element, so loads
@@ -809,14 +819,11 @@ def _test_first_pass(loop: For):
     inner = loop.body
     if not isinstance(inner, For) or loop.var in expr_vars(inner.extent):
         return loop
-    stmts = list(inner.body.stmts) if isinstance(inner.body, Seq) else [inner.body]
-    n = 0
-    while n < len(stmts) and _is_flag(stmts[n]):
-        n += 1
-    if n == 0 or n == len(stmts) or any(loop.var in expr_vars(f.cond) for f in stmts[:n]):
+    flags, rest = _head_flags(inner.body, lambda f: loop.var not in expr_vars(f.cond))
+    if not flags or not rest or _is_flag(rest[0]):  # (a flag that uses ``v`` stays in every pass)
         return loop
     first = RANGE_BEGIN if loop.kind in CHUNKED_LOOPS else Const(0)
-    untested = replace(inner, body=sequence(stmts[n:]))
+    untested = replace(inner, body=sequence(rest))
     return replace(loop, body=If(Cmp("eq", loop.var, first), inner, untested))
 
 
@@ -824,11 +831,7 @@ def _hoist_flags(loop: For):
     """``loop`` with the flags at the head of its body that do not use its variable moved in
     front of it. (A flag raised for a loop that runs zero times only costs the deferred check a
     run that finds nothing.)"""
-    body = loop.body
-    stmts = list(body.stmts) if isinstance(body, Seq) else [body]
-    hoisted = []
-    while stmts and _is_flag(stmts[0]) and loop.var not in expr_vars(stmts[0].cond):
-        hoisted.append(stmts.pop(0))
+    hoisted, stmts = _head_flags(loop.body, lambda f: loop.var not in expr_vars(f.cond))
     if not hoisted or not stmts:
         return loop
     rest = stmts[0] if len(stmts) == 1 else Seq(tuple(stmts))
@@ -850,11 +853,7 @@ def _check_in_blocks(loop):
     scatter and stay scalar (``_scalar_scatter``) or test index tuples (``_tests_tuples``)."""
     if not isinstance(loop, For):
         return loop
-    stmts = list(loop.body.stmts) if isinstance(loop.body, Seq) else [loop.body]
-    n = 0
-    while n < len(stmts) and _is_flag(stmts[n]) and loop.var in expr_vars(stmts[n].cond):
-        n += 1
-    flags, rest = stmts[:n], stmts[n:]
+    flags, rest = _head_flags(loop.body, lambda f: loop.var in expr_vars(f.cond))
     size = _block_size(loop)
     if not flags or size is None or not (any(isinstance(x, For) for s in rest for x in walk_stmt(s))
                                          or _scalar_scatter(loop) or _tests_tuples(flags)):
@@ -987,9 +986,14 @@ def stream_rows(kernel: Kernel) -> Kernel:
     Prefetched in order it streams in, and the gathers find it in cache: 2048 rows of 16 KB,
     1024 random float32 elements from each, one thread, 7.4-7.9 -> 5.6-5.9 ms in C on a Zen 3.
     A loop run several times per row (a block of a row's updates) would prefetch it every time."""
-    stages = [_rewrite_loops(stage, _prefetch_rows_inside, lambda x: isinstance(x, For))
+    stages = [map_stmt(stage, stmt_fn=_prefetch_rows_inside) if any(_row_gathers(stage)) else stage
               for stage in kernel_stages(kernel)]
     return replace(kernel, body=Seq(tuple(stages)))
+
+
+def _row_gathers(stmt):
+    """The loads of ``_gathers`` whose data index addresses the last dimension."""
+    return (load for load, dim, _ in _gathers(stmt) if dim == len(load.indices) - 1)
 
 
 def _prefetch_rows_inside(s):
@@ -1010,19 +1014,13 @@ def _row_prefetch(loop: For, outer: Var):
     of the loop around it selects (see ``stream_rows``), or None."""
     if not _innermost(loop) or not isinstance(loop.extent, Const):
         return None
-    facts = _over_lets(loop.body, _index_facts)
-    for load in (x for s in walk_stmt(loop.body) for e in stmt_exprs(s) for x in walk_expr(e)):
-        if not isinstance(load, Load) or not load.indices:
-            continue
-        *row, last = load.indices
-        width, uses = _index_facts(last, facts)
+    bound_inside = {loop.var, *let_vars(loop.body)}
+    for load in _row_gathers(loop):
+        *row, _ = load.indices
         row_bytes = load.buffer.shape[-1] * load.buffer.dtype.itemsize if isinstance(load.buffer.shape[-1], int) else 0
         lines = -(-row_bytes // CACHE_LINE_BYTES)
-        if (not width or loop.var not in uses or not all(isinstance(i, (Var, Const)) and i not in facts for i in row)
-                or loop.var in row or outer not in row or not STREAM_ROW_BYTES[0] <= row_bytes <= STREAM_ROW_BYTES[1]
-                or 4 * loop.extent.value < lines):
-            continue
-        line = Var(f"{loop.var.name}_line")
-        step = Const(max(1, CACHE_LINE_BYTES // load.buffer.dtype.itemsize))
-        return For(line, Const(lines), Prefetch(load.buffer, tuple(row) + (Binary("mul", line, step),)))
+        if (all(isinstance(i, (Var, Const)) and i not in bound_inside for i in row) and outer in row
+                and STREAM_ROW_BYTES[0] <= row_bytes <= STREAM_ROW_BYTES[1] and 4 * loop.extent.value >= lines):
+            line, step = Var(f"{loop.var.name}_line"), Const(max(1, CACHE_LINE_BYTES // load.buffer.dtype.itemsize))
+            return For(line, Const(lines), Prefetch(load.buffer, tuple(row) + (Binary("mul", line, step),)))
     return None
