@@ -149,6 +149,28 @@ def gather_along_rows():
 
 
 @case
+def gathers_from_a_far_table():
+    """A gather along axis 0 and a take of rows from a 16 MB table: the CPU prefetches what
+    later passes will read (``prefetch_gathers``), the last passes' prefetches clamped to the
+    last index row; a bad index in the last row of each."""
+    from cinnlite.ir.schedule_cpu import PREFETCH_MIN_BYTES
+    rows = PREFETCH_MIN_BYTES // (64 * 4)
+    b = NetBuilder("far_gathers")
+    x = b.create_input("float32", (rows, 64), "x")
+    i, j = b.create_input("int64", (3, 64), "i"), b.create_input("int64", (5,), "j")
+    b.gather(x, i, axis=0, name="g")
+    b.take(x, j, axis=0, name="t")
+    X = floats((rows, 64))
+    good_i = (np.arange(192).reshape(3, 64) * 7919 % (2 * rows) - rows).astype(np.int64)
+    good_j = ints([5, -1, rows - 1, 0, -rows])
+    bad_i, bad_j = good_i.copy(), good_j.copy()
+    bad_i[2, 63], bad_j[4] = rows, -rows - 1
+    return Case(b.build(), lambda v: (R.gather(v["x"], v["i"], axis=0), R.take(v["x"], v["j"], axis=0)),
+                [dict(x=X, i=good_i, j=good_j), dict(x=X, i=bad_i, j=good_j), dict(x=X, i=good_i, j=bad_j)],
+                [None, ("gather 'g'", "i", (2, 63), rows), ("take 't'", "j", (4,), -rows - 1)])
+
+
+@case
 def take_scalar_index():
     """A rank-0 index (the axis disappears, a rank-0 output) from an x with a size-1 axis."""
     b = NetBuilder("take_scalar")

@@ -8,7 +8,7 @@ from cinnlite import NetBuilder
 from cinnlite.dtypes import float32, int64
 from cinnlite.errors import CompileError
 from cinnlite.ir.loopnest import (Binary, Buffer, Cmp, Const, FlagIndexError, For, If, Kernel, Let, Load,
-                                  ReportIndexError, Seq, Store, Var)
+                                  ReportIndexError, Select, Seq, Store, Var)
 from cinnlite.ir.passes import remove_unit_loops, simplify, verify
 from cinnlite.ir.schedule_cpu import schedule_cpu
 from cinnlite.ir.transform import walk_stmt
@@ -450,3 +450,82 @@ def test_a_row_gathered_block_by_block_is_not_prefetched_for_every_block():
         return [s for s in walk_stmt(stream_rows(kernel(body, x, i, out)).body) if isinstance(s, Prefetch)]
     assert prefetches(blocked) == []
     assert [p.indices[0] for p in prefetches(whole)] == [r]
+
+
+def far_program(kind, rows, symbolic=False):
+    """A gather along axis 0 (``elements``), a take of rows, gather_nd of element pairs, or a
+    gather along the middle axis, from a table of ``rows`` rows (a symbol where ``symbolic``);
+    the index input is ``i``."""
+    b = NetBuilder(kind)
+    n = "R" if symbolic else rows
+    if kind == "middle":
+        x = b.create_input("float32", (2, n, 16), "x")
+        return b.build([b.gather(x, b.create_input("int64", (2, 300, 16), "i"), axis=1)])
+    x = b.create_input("float32", (n, 64), "x")
+    if kind == "elements":
+        return b.build([b.gather(x, b.create_input("int64", (300, 64), "i"), axis=0)])
+    if kind == "rows":
+        return b.build([b.take(x, b.create_input("int64", (3000,), "i"), axis=0)])
+    return b.build([b.gather_nd(x, b.create_input("int64", (3000, 2), "i"))])
+
+
+def far_inputs(kind, rows, rng):
+    x = rng.random((2, rows, 16) if kind == "middle" else (rows, 64)).astype(np.float32)
+    if kind == "pairs":
+        i = np.stack([rng.integers(-rows, rows, 3000), rng.integers(-64, 64, 3000)], axis=1)
+        return x, i, x[i[:, 0] % rows, i[:, 1] % 64]
+    if kind == "rows":
+        i = rng.integers(-rows, rows, 3000)
+        return x, i, np.take(x, i % rows, axis=0)
+    i = rng.integers(-rows, rows, (2, 300, 16) if kind == "middle" else (300, 64))
+    return x, i, np.take_along_axis(x, i % rows, axis=1 if kind == "middle" else 0)
+
+
+FAR_KINDS = ["elements", "rows", "pairs", "middle"]
+#: Per kind: (lines one pass of the gather loop reads, the first bad positions to report). The
+#: pairs are tested in blocks of 46 (3000 in 66 blocks, the last one shorter).
+FAR_SHAPES = {"elements": (64, [{(299, 63): 5000, (150, 0): -5001}]), "rows": (4, [{(2999,): 5000}]),
+              "pairs": (46, [{(2999, 1): 64, (2000, 0): -5001}]), "middle": (16, [{(1, 299, 15): 5000}])}
+
+
+@pytest.mark.parametrize("kind", FAR_KINDS)
+def test_far_gathers_prefetch_what_later_passes_read(kind, monkeypatch):
+    """Gathers from a table beyond ``PREFETCH_MIN_BYTES`` (lowered here to 64 KB): in front of
+    each gather loop, a loop that prefetches the elements (or a row's lines) some passes ahead,
+    its index reads clamped into the index; the evaluator, which checks every prefetch address,
+    and the CPU on one and two threads give numpy's results and the first bad position."""
+    from cinnlite.backends.cpu import CPU_PIPELINE
+    from cinnlite.ir import schedule_cpu
+    from cinnlite.ir.evaluate import evaluate
+    from cinnlite.ir.lower import lower_program
+    from cinnlite.ir.passes import run_pipeline
+    monkeypatch.setattr(schedule_cpu, "PREFETCH_MIN_BYTES", 64 << 10)
+    program = far_program(kind, 5000)
+    lowered = run_pipeline(lower_program(program), CPU_PIPELINE)
+    lines, bads = FAR_SHAPES[kind]
+    assert [(loop.extent, loop.body.buffer.name) for loop in prefetch_loops(lowered)] == [(Const(lines), "x")]
+    x, i, want = far_inputs(kind, 5000, np.random.default_rng(9))
+    np.testing.assert_array_equal(evaluate(lowered, {"x": x, "i": i})[program.outputs[0].name], want)
+    for threads in (1, 2):
+        exe = cl.compile(program, threads=threads, cache=False)
+        assert len(prefetch_loops(exe.lowered)) == 1
+        np.testing.assert_array_equal(exe(x=x, i=i), want)
+        assert_first_bad(exe, {"x": x, "i": i}, bads)
+
+
+@pytest.mark.parametrize("kind", FAR_KINDS)
+def test_gathers_from_a_table_the_caches_hold_are_not_prefetched(kind):
+    assert prefetch_loops(cl.compile(far_program(kind, 5000), cache=False).lowered) == []
+
+
+@pytest.mark.parametrize("kind", ["elements", "rows"])
+def test_a_symbolic_table_is_prefetched_from_when_the_call_finds_it_far(kind):
+    """With a symbolic number of rows the prefetch loop runs ``PREFETCH_MIN_BYTES`` or more into
+    the call and not below: numpy's results on either side of the bound, on two threads."""
+    from cinnlite.ir.schedule_cpu import PREFETCH_MIN_BYTES
+    exe = cl.compile(far_program(kind, 0, symbolic=True), threads=2, cache=False)
+    (loop,) = prefetch_loops(exe.lowered)
+    assert isinstance(loop.extent, Select)
+    for rows in (5000, PREFETCH_MIN_BYTES // 256 + 1):
+        x, i, want = far_inputs(kind, rows, np.random.default_rng(rows))
+        np.testing.assert_array_equal(exe(x=x, i=i), want)

@@ -299,7 +299,7 @@ class FlagIndexError(Stmt):
 class Prefetch(Stmt):
     """A hint that ``buffer[indices]`` (an element inside it) will be read soon: the CPU asks for
     its cache line, and nothing else changes. Only the CPU schedule creates it (see
-    ``schedule_cpu.stream_rows``)."""
+    ``schedule_cpu.stream_rows`` and ``schedule_cpu.prefetch_gathers``)."""
 
     buffer: Buffer
     indices: tuple
