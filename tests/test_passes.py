@@ -500,6 +500,7 @@ def test_far_gathers_prefetch_what_later_passes_read(kind, monkeypatch):
     from cinnlite.ir.lower import lower_program
     from cinnlite.ir.passes import run_pipeline
     monkeypatch.setattr(schedule_cpu, "PREFETCH_MIN_BYTES", 64 << 10)
+    monkeypatch.setattr(schedule_cpu, "PREFETCH_MIN_ROW_BYTES", 64 << 10)
     program = far_program(kind, 5000)
     lowered = run_pipeline(lower_program(program), CPU_PIPELINE)
     lines, bads = FAR_SHAPES[kind]
@@ -520,12 +521,24 @@ def test_gathers_from_a_table_the_caches_hold_are_not_prefetched(kind):
 
 @pytest.mark.parametrize("kind", ["elements", "rows"])
 def test_a_symbolic_table_is_prefetched_from_when_the_call_finds_it_far(kind):
-    """With a symbolic number of rows the prefetch loop runs ``PREFETCH_MIN_BYTES`` or more into
-    the call and not below: numpy's results on either side of the bound, on two threads."""
-    from cinnlite.ir.schedule_cpu import PREFETCH_MIN_BYTES
+    """With a symbolic number of rows the prefetch loop runs from ``PREFETCH_MIN_BYTES`` (rows:
+    ``PREFETCH_MIN_ROW_BYTES``) into the call and not below: numpy's results on either side of
+    the bound, on two threads."""
+    from cinnlite.ir import schedule_cpu
+    bound = schedule_cpu.PREFETCH_MIN_ROW_BYTES if kind == "rows" else schedule_cpu.PREFETCH_MIN_BYTES
     exe = cl.compile(far_program(kind, 0, symbolic=True), threads=2, cache=False)
     (loop,) = prefetch_loops(exe.lowered)
     assert isinstance(loop.extent, Select)
-    for rows in (5000, PREFETCH_MIN_BYTES // 256 + 1):
+    for rows in (bound // 256 - 1, bound // 256):
         x, i, want = far_inputs(kind, rows, np.random.default_rng(rows))
         np.testing.assert_array_equal(exe(x=x, i=i), want)
+
+
+def test_rows_are_prefetched_from_a_nearer_table_than_elements():
+    """A row's lines cost one prefetch per 64 bytes, an element a prefetch of its own: from a
+    12 MB table a take of rows prefetches, a gather of elements does not."""
+    from cinnlite.ir import schedule_cpu
+    rows = 12 << 12  # 64 float32 elements a row: 12 MB
+    assert schedule_cpu.PREFETCH_MIN_ROW_BYTES <= rows * 256 < schedule_cpu.PREFETCH_MIN_BYTES
+    assert len(prefetch_loops(cl.compile(far_program("rows", rows), cache=False).lowered)) == 1
+    assert prefetch_loops(cl.compile(far_program("elements", rows), cache=False).lowered) == []

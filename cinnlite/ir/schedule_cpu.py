@@ -1036,9 +1036,11 @@ def _row_prefetch(loop: For, outer: Var):
 # -- prefetch_gathers ---------------------------------------------------------------------------
 
 #: A load through data indices prefetches ahead where the buffer it reads is at least this big:
-#: beyond a core's share of the L3 cache its reads wait on memory. A size known only at the call
-#: is compared at the call.
+#: beyond a core's share of the L3 cache its reads wait on memory. Element by element, where a
+#: prefetch repeats the element's address arithmetic, from 16 MB; a row's lines, one cheap
+#: prefetch per 64 bytes, from 8 MB. A size known only at the call is compared at the call.
 PREFETCH_MIN_BYTES = 16 << 20
+PREFETCH_MIN_ROW_BYTES = 8 << 20
 #: How many cache lines ahead of the loads their prefetches run, and the most lines one pass of
 #: an innermost loop may read to be prefetched a pass or more ahead.
 PREFETCH_AHEAD_LINES = 64
@@ -1059,7 +1061,10 @@ def prefetch_gathers(kernel: Kernel) -> Kernel:
     197-226 -> 134-178 ms, a take of 256-byte rows 13.6-14.8 -> 11.2-13.4 ms, gather_nd of
     64-byte rows with batch dims 15.7-17.4 -> 10.3-13.1 ms. From tables the L3 cache holds
     (2-4 MB) the prefetch loop's instructions cost more than they save (a gather along axis 0
-    of 1 M elements: 1.02 -> 1.30 ms), hence ``PREFETCH_MIN_BYTES``."""
+    of 1 M elements: 1.02 -> 1.30 ms), hence ``PREFETCH_MIN_BYTES``; rows, one prefetch per
+    line, gained from 8 MB tables (4 M elements: a take of rows 1.02-1.11 -> 0.83-0.88 ms, a
+    batched gather_nd of rows 1.66-1.83 -> 1.19-1.44) where elements did not (gather_nd of
+    float64 element pairs from 8 MB, 2.79-3.30 -> 2.98-3.56 ms)."""
     def inside(s):
         # Behind an if that reads data (a scatter's guard on its output row, which each thread
         # runs for its own rows) the passes ahead may never run the loop.
@@ -1078,17 +1083,17 @@ def _indirect_prefetch(loop: For, outer: For):
         return None
     ahead = Var(f"{loop.var.name}_ahead")
     for load, indices in _indirect_loads(loop):
-        far = _far(load.buffer)
-        if far is False or outer.var not in set().union(*map(expr_vars, indices)):
+        if outer.var not in set().union(*map(expr_vars, indices)):
             continue
         *row, last = indices
         per_line = max(1, CACHE_LINE_BYTES // load.buffer.dtype.itemsize)
         if last == loop.var and load.buffer.strides[-1] == 1 and not any(loop.var in expr_vars(i) for i in row):
             count, step = -(-passes // per_line), Binary("mul", ahead, Const(per_line))  # a row's lines
+            far = _far(load.buffer, PREFETCH_MIN_ROW_BYTES)
         else:
-            count, step = passes, ahead
+            count, step, far = passes, ahead, _far(load.buffer, PREFETCH_MIN_BYTES)
         moved = _moved_ahead(indices, outer.var, -(-PREFETCH_AHEAD_LINES // count))
-        if moved is None or count > PREFETCH_MAX_PASS_LINES:
+        if far is False or moved is None or count > PREFETCH_MAX_PASS_LINES:
             continue
         extent = Const(count) if far is True else Select(far, Const(count), Const(0))
         return For(ahead, extent, Prefetch(load.buffer, tuple(simplify_expr(substitute_expr(i, {loop.var: step}))
@@ -1108,13 +1113,13 @@ def _indirect_loads(loop: For):
                 yield x, indices
 
 
-def _far(buffer):
-    """Whether ``buffer`` is at least ``PREFETCH_MIN_BYTES``: True, False, or, for a size known
-    only at the call, the condition that says so."""
+def _far(buffer, min_bytes: int):
+    """Whether ``buffer`` is at least ``min_bytes``: True, False, or, for a size known only at
+    the call, the condition that says so."""
     size = buffer.dtype.itemsize
     for d in buffer.shape:
         size = dim_mul(size, d)
-    return size >= PREFETCH_MIN_BYTES if isinstance(size, int) else Cmp("ge", size, Const(PREFETCH_MIN_BYTES))
+    return size >= min_bytes if isinstance(size, int) else Cmp("ge", size, Const(min_bytes))
 
 
 def _moved_ahead(indices, outer: Var, passes: int):
