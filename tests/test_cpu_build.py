@@ -321,3 +321,25 @@ def test_independent_scatter_needs_the_loop_to_walk_one_coordinate_of_one_elemen
     assert not independent_scatter(For(j, Const(8, int64), read_through_view))
     second = Buffer("count", float32, (4, 8))
     assert not independent_scatter(For(j, Const(8, int64), Seq((update().body, update(second).body))))
+
+
+@pytest.mark.parametrize("index_dtype, flag", [("int64", "i64"), ("int32", "i32"), ("int16", "i32")])
+def test_the_index_flag_is_as_wide_as_the_indices_it_tests(index_dtype, flag):
+    """A stage that tests int64 indices keeps a 64-bit flag (its vector tests then OR in without
+    narrowing), one of narrower indices a 32-bit flag; either still reports the first bad
+    position on one and two threads."""
+    b = cl.NetBuilder("flag")
+    x = b.create_input("float32", (300, 64), "x")
+    prog = b.build([b.gather(x, b.create_input(index_dtype, (400, 64), "i"), axis=0)])
+    rng = np.random.default_rng(3)
+    xs, i = rng.random((300, 64)).astype(np.float32), rng.integers(-300, 300, (400, 64)).astype(index_dtype)
+    for threads in (1, 2):
+        exe = cl.compile(prog, cache=False, threads=threads)
+        # The gather stage's flag, and the entry's record of a flagged stage (32 bits).
+        assert sorted(re.findall(r"%\"?flagged\"? = alloca (i\d+)", exe.source("llvm"))) == sorted(["i32", flag])
+        np.testing.assert_array_equal(exe(x=xs, i=i), np.take_along_axis(xs, i.astype(np.int64) % 300, axis=0))
+        bad = i.copy()
+        bad[399, 0], bad[250, 7] = 300, -301
+        with pytest.raises(cl.IndexOutOfRangeError) as info:
+            exe(x=xs, i=bad)
+        assert info.value.position == (250, 7) and info.value.value == -301
