@@ -613,3 +613,25 @@ def test_raise_check_of_a_computed_operand_is_never_skipped(backend, case):
         else:
             pytest.fail(f"no IndexOutOfRangeError for the bad index of take '{producer}' "
                         f"(compile options {options or 'default'})")
+
+
+@pytest.mark.parametrize("index_dtype", ["int64", "int32"])
+def test_raise_checks_of_a_symbolic_axis_hold_at_every_adversarial_value(index_dtype):
+    """A shape-generic take in ``mode="raise"`` (the axis size known only at the call, the check
+    an unsigned compare of ``v + size`` with ``2 size`` for int64 indices): every adversarial
+    value is flagged exactly when it lies outside ``[-size, size)``, reported at its position
+    with its value; the others take their row."""
+    import cinnlite as cl
+    b = cl.NetBuilder("adversarial_symbolic")
+    x = b.create_input("float32", ("R", 3), "x")
+    exe = cl.compile(b.build([b.take(x, b.create_input(index_dtype, ("N",), "i"), axis=0)]), cache=False)
+    for size in (5, 7):
+        xs = np.arange(size * 3, dtype=np.float32).reshape(size, 3)
+        for v in adversarial_values(size, index_dtype):
+            i = np.array([0, v, 1], dtype=index_dtype)
+            if -size <= v < size:
+                np.testing.assert_array_equal(exe(x=xs, i=i), xs[[0, v % size, 1]])
+                continue
+            with pytest.raises(cl.IndexOutOfRangeError) as info:
+                exe(x=xs, i=i)
+            assert info.value.position == (1,) and info.value.value == v, (size, v)

@@ -160,12 +160,25 @@ def _minus_one(size, dtype=int64):
 
 def out_of_range(raw, size):
     """True where an index value addresses nothing on an axis of ``size``: outside ``[-size, size-1]``
-    (unsigned values: at least ``size``, compared without wrapping)."""
+    (unsigned values: at least ``size``, compared without wrapping). An int64 value ``v`` is
+    tested as ``uint64(v) + size >= 2 size``: ``v + size`` lies in ``[0, 2 size)`` exactly for
+    the valid values, and wraps above ``2 size`` for every other (sizes stay far below 2**62).
+
+    Why: one add and one compare, where two compares and an or took four vector instructions
+    per four lanes, and the add is the one ``_signed_position`` makes for the address, so
+    LLVM shares it. It folded the two compares into this itself for a number, not for a
+    symbolic size: a shape-generic gather along the last axis of 25 M elements went from 7.5
+    to 6 instructions per element (two threads, Zen 3: 39.9 -> 31.0 ms). Narrower indices keep
+    the two compares, which LLVM narrows to their own width."""
     if not raw.dtype.is_signed:
         w, s = _unsigned_operands(raw, size)
         return Cmp("ge", w, s)
     v = _as_int64(raw)
-    return Binary("or", Cmp("lt", v, _negated(size)), Cmp("ge", v, as_expr(size)))
+    if raw.dtype.itemsize < 8:
+        return Binary("or", Cmp("lt", v, _negated(size)), Cmp("ge", v, as_expr(size)))
+    w = Cast(uint64, v)
+    s = const(size, uint64) if _static(size) else Cast(uint64, as_expr(size))
+    return Cmp("ge", Binary("add", w, s), const(2 * size, uint64) if _static(size) else Binary("add", s, s))
 
 
 class LoweringContext:
