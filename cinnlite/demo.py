@@ -161,24 +161,24 @@ def _folded(stage: list[str]) -> str:
     return f"{opening}{{ ... }}{comment} ({len(stage)} lines)"
 
 
-# ``int64(min(min(uint64(v), (uint64(v) + uint64(s))), uint64(s - 1)))``: an index resolved into
-# [0, s) (``lower._checked_position``).
-_RESOLVED_INDEX = re.compile(r"int64\(min\(min\(uint64\((?P<v>\w+(?:\[[^\[\]]*\])?)\), \(uint64\((?P=v)\) \+ "
-                             r"uint64\((?P<s>\d+)\)\)\), uint64\((?P<top>\d+)\)\)\)")
+# ``select(((uint64(v) + uint64(s)) >= uint64(2s)), 0, select((v < 0), (v + s), v))``: an index
+# resolved into [0, s) (``lower._checked_position``).
+_RESOLVED_INDEX = re.compile(r"select\(\(\(uint64\((?P<v>\w+(?:\[[^\[\]]*\])?)\) \+ uint64\((?P<s>\d+)\)\) >= "
+                             r"uint64\((?P<twice>\d+)\)\), 0, select\(\((?P=v) < 0\), \((?P=v) \+ (?P=s)\), (?P=v)\)\)")
 
 
 def abbreviate_resolved_indices(text: str) -> tuple[str, list[str]]:
-    """Write every resolved index (negative counts from the end, then a clamp into the axis) as
-    ``n(v)``, and return the definitions of the names used. The expression repeats four times
-    on one line of a scatter; spelled out once, the loop nest reads at a glance."""
-    sizes = sorted({int(m["s"]) for m in _RESOLVED_INDEX.finditer(text) if int(m["top"]) == int(m["s"]) - 1})
+    """Write every resolved index (negative counts from the end, 0 for a value the check flags)
+    as ``n(v)``, and return the definitions of the names used. The expression repeats four
+    times on one line of a scatter; spelled out once, the loop nest reads at a glance."""
+    sizes = sorted({int(m["s"]) for m in _RESOLVED_INDEX.finditer(text) if int(m["twice"]) == 2 * int(m["s"])})
     names = {s: "n" if len(sizes) == 1 else f"n{s}" for s in sizes}
 
     def shorten(m: re.Match) -> str:
         size = int(m["s"])
-        return f"{names[size]}({m['v']})" if size in names and int(m["top"]) == size - 1 else m[0]
-    legend = [f"where {name}(v) = int64(min(min(uint64(v), (uint64(v) + uint64({s}))), uint64({s - 1})))"
-              for s, name in names.items()]
+        return f"{names[size]}({m['v']})" if size in names and int(m["twice"]) == 2 * size else m[0]
+    legend = [f"where {name}(v) = select(((uint64(v) + uint64({s})) >= uint64({2 * s})), 0, "
+              f"select((v < 0), (v + {s}), v))" for s, name in names.items()]
     return _RESOLVED_INDEX.sub(shorten, text), legend
 
 

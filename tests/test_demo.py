@@ -110,12 +110,12 @@ def test_long_blocks_are_cut_and_the_rest_counted():
 KERNEL = """kernel k(x: float32[5, 2], i: int64[7], k: float32[7, 2])  # take {
   alloc t: float32[7]
   for c0 in 0..7 {  # parallel_check
-    if ((i[c0] < -5) || (i[c0] >= 5)) {
+    if ((uint64(i[c0]) + uint64(5)) >= uint64(10)) {
       report_index_error(check=0, position=c0, value=i[c0])
     }
   }
   for i0 in 0..7 {  # parallel
-    k[i0, 0] = x[int64(min(min(uint64(i[i0]), (uint64(i[i0]) + uint64(5))), uint64(4))), 0]
+    k[i0, 0] = x[select(((uint64(i[i0]) + uint64(5)) >= uint64(10)), 0, select((i[i0] < 0), (i[i0] + 5), i[i0])), 0]
   }
 }"""
 
@@ -131,8 +131,8 @@ def test_the_hot_stage_is_kept_whole_and_the_others_folded():
 def test_resolved_indices_are_abbreviated_and_defined():
     text, legend = abbreviate_resolved_indices(KERNEL)
     assert "k[i0, 0] = x[n(i[i0]), 0]" in text
-    assert legend == ["where n(v) = int64(min(min(uint64(v), (uint64(v) + uint64(5))), uint64(4)))"]
-    two_sizes = "a[int64(min(min(uint64(j[0]), (uint64(j[0]) + uint64(3))), uint64(2)))] " + KERNEL
+    assert legend == ["where n(v) = select(((uint64(v) + uint64(5)) >= uint64(10)), 0, select((v < 0), (v + 5), v))"]
+    two_sizes = "a[select(((uint64(j[0]) + uint64(3)) >= uint64(6)), 0, select((j[0] < 0), (j[0] + 3), j[0]))] " + KERNEL
     text, legend = abbreviate_resolved_indices(two_sizes)
     assert text.startswith("a[n3(j[0])]") and "x[n5(i[i0]), 0]" in text and len(legend) == 2
 

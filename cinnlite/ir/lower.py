@@ -114,15 +114,17 @@ class IndexValue:
 
 def _checked_position(v, size):
     """The position of an int64 index value that ``mode="raise"`` checks (on an axis of ``size``
-    >= 1), with any value the check flags kept within bounds, as a clamp would
-    (``_signed_position``, then a minimum with ``size - 1``).
+    >= 1), 0 for any value the check flags: ``select(bad, 0, v < 0 ? v + size : v)``, ``bad``
+    being the check's own test (``out_of_range``).
 
-    Why: an add and two unsigned minimums, where the signed form (negative values wrapped with a
-    compare and a select, then clamped with a maximum and a minimum) takes five operations per
-    lane; it is the hot path of every gather along an axis that is not a power of two or whose
-    size is symbolic."""
-    u, _ = _signed_position(v, size)
-    return _as_int64(minimum(u, _minus_one(size, uint64)))
+    Why: the check has computed ``bad`` already, and ``v < 0`` is the sign bit, which a vector
+    blend reads as its mask: two vector instructions per four lanes on top of the check's, where
+    clamping ``min(min(v, v + size), size - 1)`` in unsigned arithmetic took six on AVX2 (which
+    has no unsigned 64-bit minimum). It is the hot path of every gather along an axis that is
+    not a power of two or whose size is symbolic."""
+    s = as_expr(size)
+    position = Select(Cmp("lt", v, const(0)), Binary("add", v, s), v)
+    return Select(_out_of_int64_range(v, size), const(0), position)
 
 
 def _signed_position(v, size):
@@ -176,6 +178,12 @@ def out_of_range(raw, size):
     v = _as_int64(raw)
     if raw.dtype.itemsize < 8:
         return Binary("or", Cmp("lt", v, _negated(size)), Cmp("ge", v, as_expr(size)))
+    return _out_of_int64_range(v, size)
+
+
+def _out_of_int64_range(v, size):
+    """``uint64(v) + size >= 2 size`` for an int64 value ``v`` (see ``out_of_range``)."""
+    size = size.value if isinstance(size, Const) else size
     w = Cast(uint64, v)
     s = const(size, uint64) if _static(size) else Cast(uint64, as_expr(size))
     return Cmp("ge", Binary("add", w, s), const(2 * size, uint64) if _static(size) else Binary("add", s, s))
