@@ -542,3 +542,24 @@ def test_rows_are_prefetched_from_a_nearer_table_than_elements():
     assert schedule_cpu.PREFETCH_MIN_ROW_BYTES <= rows * 256 < schedule_cpu.PREFETCH_MIN_BYTES
     assert len(prefetch_loops(cl.compile(far_program("rows", rows), cache=False).lowered)) == 1
     assert prefetch_loops(cl.compile(far_program("elements", rows), cache=False).lowered) == []
+
+
+def test_gathers_behind_a_scatters_row_guard_are_not_prefetched(monkeypatch):
+    """``scatter_nd(zeros, dst, take(x, src))`` split by output row: each thread runs the update
+    loop only for the rows of its range (an if on ``dst``), so the passes ahead may never run it
+    and no prefetch goes there, however far ``x`` is; numpy's results on two threads."""
+    from cinnlite.ir import schedule_cpu
+    monkeypatch.setattr(schedule_cpu, "PREFETCH_MIN_BYTES", 0)
+    monkeypatch.setattr(schedule_cpu, "PREFETCH_MIN_ROW_BYTES", 0)
+    b = NetBuilder("messages")
+    x = b.create_input("float32", (500, 64), "x")
+    src, dst = b.create_input("int64", (3000,), "src"), b.create_input("int64", (3000, 1), "dst")
+    out = b.scatter_nd(b.fill_constant((500, 64), 0.0, "float32"), dst, b.take(x, src, axis=0), reduce="add")
+    exe = cl.compile(b.build([out]), threads=2, cache=False)
+    assert any(s.kind == "parallel_rows" for k in exe.lowered.kernels for s in walk_stmt(k.body) if isinstance(s, For))
+    assert prefetch_loops(exe.lowered) == []
+    rng = np.random.default_rng(4)
+    xs, s, d = rng.random((500, 64)).astype(np.float32), rng.integers(-500, 500, 3000), rng.integers(0, 500, (3000, 1))
+    want = np.zeros((500, 64), np.float32)
+    np.add.at(want, d[:, 0], xs[s % 500])
+    np.testing.assert_allclose(exe(x=xs, src=s, dst=d), want, rtol=1e-5)
