@@ -526,10 +526,13 @@ def test_a_symbolic_table_is_prefetched_from_when_the_call_finds_it_far(kind):
     the bound, on two threads."""
     from cinnlite.ir import schedule_cpu
     bound = schedule_cpu.PREFETCH_MIN_ROW_BYTES if kind == "rows" else schedule_cpu.PREFETCH_MIN_BYTES
+    from cinnlite.runtime.shapes import size_value
     exe = cl.compile(far_program(kind, 0, symbolic=True), threads=2, cache=False)
     (loop,) = prefetch_loops(exe.lowered)
-    assert isinstance(loop.extent, Select)
+    assert isinstance(loop.extent, Select) and loop.extent.b == Const(0) and loop.extent.cond.op == "ge"
     for rows in (bound // 256 - 1, bound // 256):
+        runs = size_value(loop.extent.cond.a, {"#R": rows}) >= size_value(loop.extent.cond.b, {})
+        assert runs == (rows * 256 >= bound)  # the table's bytes against the bound
         x, i, want = far_inputs(kind, rows, np.random.default_rng(rows))
         np.testing.assert_array_equal(exe(x=x, i=i), want)
 
@@ -563,3 +566,19 @@ def test_gathers_behind_a_scatters_row_guard_are_not_prefetched(monkeypatch):
     want = np.zeros((500, 64), np.float32)
     np.add.at(want, d[:, 0], xs[s % 500])
     np.testing.assert_allclose(exe(x=xs, src=s, dst=d), want, rtol=1e-5)
+
+
+def test_a_chain_of_index_loads_moves_ahead_once():
+    """``x[i[j[o, k]]]`` moved a pass ahead: ``o`` becomes ``o + 1`` once, in ``j``'s coordinate,
+    which alone is clamped (``i``'s coordinate is a loaded value, bounded by its own clamp); a
+    block loop whose last block is shorter clamps what its moved variable reaches too."""
+    from cinnlite.ir.printer import expr_str
+    from cinnlite.ir.schedule_cpu import _moved_ahead
+    x, i, j = Buffer("x", float32, (50, 8)), Buffer("i", int64, (40,)), Buffer("j", int64, (30, 8))
+    o, k, a = Var("o"), Var("k"), Var("a")
+    indices = (Load(i, (Load(j, (o, k)),)), k)
+    (row, col) = _moved_ahead(x, indices, {o: Binary("add", o, Const(1)), k: a}, short_last=False)
+    assert expr_str(row) == "i[j[max(min((o + 1), 29), 0), a]]" and col == a
+    (row, col) = _moved_ahead(x, indices, {o: Binary("add", o, Const(1)), k: a}, short_last=True)
+    assert expr_str(row) == "i[j[max(min((o + 1), 29), 0), max(min(a, 7), 0)]]" and expr_str(col) == "max(min(a, 7), 0)"
+    assert _moved_ahead(x, (Load(i, (o,)), o), {o: Binary("add", o, Const(1)), k: a}, short_last=False) is None

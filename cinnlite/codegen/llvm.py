@@ -23,10 +23,10 @@ from ..dtypes import DType, float16, float32
 from ..ir.loopnest import (Binary, Buffer, Cast, Cmp, Const, FlagIndexError, Math, For, If, Let, Load,
                            LoweredProgram, Prefetch, Reduce, ReportIndexError, Select, Seq, Store, Var)
 from ..ir.passes import CHUNKED_LOOPS, RANGE_BEGIN, RANGE_END
-from ..ir.schedule_cpu import (PARALLEL_MIN_WORK, gather_reach, narrow_gathers, stage_extent, stage_work,
-                               independent_scatter, threaded_gathers, wide_row_gathers)
+from ..ir.schedule_cpu import (PARALLEL_MIN_WORK, flagged_index_width, gather_reach, narrow_gathers, stage_extent,
+                               stage_work, independent_scatter, threaded_gathers, wide_row_gathers)
 from ..ir.symbolic import is_symbol_load
-from ..ir.transform import buffers_of, is_data_load, kernel_stages, map_stmt, walk_expr, walk_stmt
+from ..ir.transform import buffers_of, kernel_stages, map_stmt, walk_stmt
 from .error_record import FIRST_FAILURE
 from .llvm_call import add_call_entry, renders_call_entry
 from .llvm_sizes import size_renderable, size_value
@@ -158,11 +158,7 @@ def _flag_type(stage) -> ir.IntType:
     gathers along axis 0 and the last axis through int64 indices 222 -> 207 us and 88 -> 81 us
     (256 k elements); through int32 indices a 64-bit flag lost (a gather along a middle axis,
     1 M elements, 631 -> 862 us)."""
-    width = 4
-    for s in walk_stmt(stage):
-        if isinstance(s, If) and isinstance(s.then, FlagIndexError):
-            width = max([width] + [x.buffer.dtype.itemsize for x in walk_expr(s.cond) if is_data_load(x)])
-    return ir.IntType(8 * width)
+    return ir.IntType(8 * max(4, flagged_index_width(stage)))
 
 
 class _KernelEmitter:
@@ -546,7 +542,8 @@ class _KernelEmitter:
         return _DistinctNode(module, [parallel], loop_id=True)
 
     def flag_if(self, cond):
-        """``if cond: flag`` without a branch: the flag ORs in ``FLAGGED`` where ``cond`` holds.
+        """``if cond: flag`` without a branch: the flag ORs in 1 where ``cond`` holds (``emit``
+        returns ``FLAGGED`` for a flag that is not 0).
         A loop then carries an OR reduction, which LLVM vectorises whatever the bounds compared
         (a conditional store of FLAGGED became a select it did not recognise when the bounds were
         symbolic sizes, and the whole loop stayed scalar)."""

@@ -82,7 +82,7 @@ class IndexValue:
             # raise: the check nest has proven the range; a clamp keeps memory safe regardless.
             self._unsigned(raw, size, "clip" if mode == "raise" else mode)
         elif mode == "raise":
-            self.index = _checked_position(v, size)
+            self.index = _checked_position(raw, size)
         elif mode == "clip":
             # numpy's clip: every negative value, -1 included, clips to 0.
             self.index = minimum(maximum(v, const(0)), _minus_one(size))
@@ -112,19 +112,19 @@ class IndexValue:
             raise AssertionError(mode)
 
 
-def _checked_position(v, size):
-    """The position of an int64 index value that ``mode="raise"`` checks (on an axis of ``size``
-    >= 1), 0 for any value the check flags: ``select(bad, 0, v < 0 ? v + size : v)``, ``bad``
-    being the check's own test (``out_of_range``).
+def _checked_position(raw, size):
+    """The position of a signed index value ``raw`` that ``mode="raise"`` checks (on an axis of
+    ``size`` >= 1), 0 for any value the check flags: ``select(bad, 0, v < 0 ? v + size : v)``,
+    ``bad`` being the check's own test (``out_of_range``), ``v`` the value as int64.
 
     Why: the check has computed ``bad`` already, and ``v < 0`` is the sign bit, which a vector
     blend reads as its mask: two vector instructions per four lanes on top of the check's, where
     clamping ``min(min(v, v + size), size - 1)`` in unsigned arithmetic took six on AVX2 (which
     has no unsigned 64-bit minimum). It is the hot path of every gather along an axis that is
     not a power of two or whose size is symbolic."""
-    s = as_expr(size)
-    position = Select(Cmp("lt", v, const(0)), Binary("add", v, s), v)
-    return Select(_out_of_int64_range(v, size), const(0), position)
+    v = _as_int64(raw)
+    position = Select(Cmp("lt", v, const(0)), Binary("add", v, as_expr(size)), v)
+    return Select(out_of_range(raw, size), const(0), position)
 
 
 def _signed_position(v, size):
@@ -132,9 +132,13 @@ def _signed_position(v, size):
     ``u = min(v, v + size)`` is ``v``'s position where ``-size <= v < size`` (a negative ``v``,
     as unsigned, exceeds every position, so ``v + size`` is the smaller) and at least ``size``
     for every other value (``v + size`` wraps for none: sizes stay far below 2**63)."""
-    w = Cast(uint64, v)
-    s = const(size, uint64) if _static(size) else Cast(uint64, as_expr(size))
+    w, s = _uint64_operands(v, size)
     return minimum(w, Binary("add", w, s)), s
+
+
+def _uint64_operands(v, size):
+    """An int64 value and an axis size as uint64."""
+    return Cast(uint64, v), const(size, uint64) if _static(size) else Cast(uint64, as_expr(size))
 
 
 def _as_int64(e):
@@ -167,8 +171,8 @@ def out_of_range(raw, size):
     the valid values, and wraps above ``2 size`` for every other (sizes stay far below 2**62).
 
     Why: one add and one compare, where two compares and an or took four vector instructions
-    per four lanes, and the add is the one ``_signed_position`` makes for the address, so
-    LLVM shares it. It folded the two compares into this itself for a number, not for a
+    per four lanes, and ``_checked_position`` reuses the test for the address. LLVM folded the
+    two compares into this itself for a number, not for a
     symbolic size: a shape-generic gather along the last axis of 25 M elements went from 7.5
     to 6 instructions per element (two threads, Zen 3: 39.9 -> 31.0 ms). Narrower indices keep
     the two compares, which LLVM narrows to their own width."""
@@ -184,8 +188,7 @@ def out_of_range(raw, size):
 def _out_of_int64_range(v, size):
     """``uint64(v) + size >= 2 size`` for an int64 value ``v`` (see ``out_of_range``)."""
     size = size.value if isinstance(size, Const) else size
-    w = Cast(uint64, v)
-    s = const(size, uint64) if _static(size) else Cast(uint64, as_expr(size))
+    w, s = _uint64_operands(v, size)
     return Cmp("ge", Binary("add", w, s), const(2 * size, uint64) if _static(size) else Binary("add", s, s))
 
 

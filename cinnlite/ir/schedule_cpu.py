@@ -680,6 +680,14 @@ def threaded_gathers(stage) -> bool:
     return next(_gathers(stage), None) is not None and not narrow_gathers(stage) and not tuple_gathers(stage)
 
 
+def flagged_index_width(stage) -> int:
+    """The widest element, in bytes, of the data the stage's flag tests (``if cond: flag``)
+    read, through its Lets; 0 where it flags nothing."""
+    facts = _over_lets(stage, _index_facts)
+    return max([0] + [_index_facts(s.cond, facts)[0] for s in walk_stmt(stage)
+                      if isinstance(s, If) and isinstance(s.then, FlagIndexError)])
+
+
 def dim_sum(sizes):
     """The sum of sizes (ints or int64 expressions), an int when every one is."""
     out = 0
@@ -1003,13 +1011,13 @@ def _row_gathers(stmt):
     return (load for load, dim, _ in _gathers(stmt) if dim == len(load.indices) - 1)
 
 
-def _in_front_of_loops(s, prefetch_for, through):
+def _in_front_of_loops(s, prefetch_for, enter_if):
     """``s`` (a loop) with ``prefetch_for(loop)`` (a statement or None) in front of each loop
-    directly inside it, through Seqs and the ifs whose condition ``through`` admits."""
+    directly inside it, through Seqs and the ifs whose condition ``enter_if`` admits."""
     def front(body):
         if isinstance(body, Seq):
             return Seq(tuple(front(x) for x in body.stmts))
-        if isinstance(body, If) and through(body.cond):
+        if isinstance(body, If) and enter_if(body.cond):
             return replace(body, then=front(body.then), orelse=front(body.orelse) if body.orelse is not None else None)
         prefetch = prefetch_for(body) if isinstance(body, For) else None
         return body if prefetch is None else Seq((prefetch, body))
@@ -1078,8 +1086,8 @@ def _indirect_prefetch(loop: For, outer: For):
     from a far buffer (see ``prefetch_gathers``), or None: the first such load whose address
     moves with ``outer`` only through its data indices. Rows that ``stream_rows`` prefetches
     whole are left to it."""
-    passes = _size(_invariant_bound(loop.extent))  # a block's length, the last block's too
-    if not _innermost(loop) or not isinstance(passes, int) or _row_prefetch(loop, outer.var) is not None:
+    length = _size(_invariant_bound(loop.extent))  # a block's length, the last block's too
+    if not _innermost(loop) or not isinstance(length, int) or _row_prefetch(loop, outer.var) is not None:
         return None
     ahead = Var(f"{loop.var.name}_ahead")
     for load, indices in _indirect_loads(loop):
@@ -1088,16 +1096,16 @@ def _indirect_prefetch(loop: For, outer: For):
         *row, last = indices
         per_line = max(1, CACHE_LINE_BYTES // load.buffer.dtype.itemsize)
         if last == loop.var and load.buffer.strides[-1] == 1 and not any(loop.var in expr_vars(i) for i in row):
-            count, step = -(-passes // per_line), Binary("mul", ahead, Const(per_line))  # a row's lines
+            count, step = -(-length // per_line), Binary("mul", ahead, Const(per_line))  # a row's lines
             far = _far(load.buffer, PREFETCH_MIN_ROW_BYTES)
         else:
-            count, step, far = passes, ahead, _far(load.buffer, PREFETCH_MIN_BYTES)
-        moved = _moved_ahead(indices, outer.var, -(-PREFETCH_AHEAD_LINES // count))
+            count, step, far = length, ahead, _far(load.buffer, PREFETCH_MIN_BYTES)
+        moves = {outer.var: Binary("add", outer.var, Const(-(-PREFETCH_AHEAD_LINES // count))), loop.var: step}
+        moved = _moved_ahead(load.buffer, indices, moves, short_last=not isinstance(loop.extent, Const))
         if far is False or moved is None or count > PREFETCH_MAX_PASS_LINES:
             continue
         extent = Const(count) if far is True else Select(far, Const(count), Const(0))
-        return For(ahead, extent, Prefetch(load.buffer, tuple(simplify_expr(substitute_expr(i, {loop.var: step}))
-                                                              for i in moved)))
+        return For(ahead, extent, Prefetch(load.buffer, tuple(simplify_expr(i) for i in moved)))
     return None
 
 
@@ -1122,22 +1130,38 @@ def _far(buffer, min_bytes: int):
     return size >= min_bytes if isinstance(size, int) else Cmp("ge", size, Const(min_bytes))
 
 
-def _moved_ahead(indices, outer: Var, passes: int):
-    """``indices`` with ``outer`` moved ``passes`` ahead inside their data loads, each coordinate
-    of a load that moves clamped into its dimension (the moved pass may lie past the loop's
-    end: the prefetch then reads the last index again, never past the index buffer); None
-    where ``outer`` is used outside the data loads, where a moved address could leave the buffer.
-    The loads' own index arithmetic (a wrap, a clamp) keeps the address inside the data buffer
-    whatever the index holds, as it does for the load itself."""
-    def clamp(i, extent):
-        return Binary("max", Binary("min", i, Binary("sub", as_expr(extent), Const(1))), Const(0))
+def _moved_ahead(buffer, indices, moves: dict, short_last: bool):
+    """``buffer``'s ``indices`` with the enclosing loop's variable (the first of ``moves``) and
+    the loop's own (the second) replaced, once, by their moved values, and each coordinate of a
+    data load inside them that the enclosing loop's moved variable reaches (other than through
+    a nested load, itself clamped) clamped into its dimension: a pass ahead may lie past the
+    loop's end, and the prefetch then reads the last index again, never past the index buffer.
+    Where the loop's last block is shorter (``short_last``), the loop's moved variable would
+    overrun it, and what it reaches is clamped too, ``buffer``'s own coordinates included. None
+    where the enclosing loop's variable addresses ``buffer`` outside the data loads. The loads'
+    own index arithmetic (a wrap, a clamp) keeps the address inside ``buffer`` whatever the
+    index holds, as it does for the load itself."""
+    outer, inner = moves
+    if any(outer in _vars_outside_loads(i) for i in indices):
+        return None
+    marks = expr_vars(moves[outer]) | (expr_vars(moves[inner]) if short_last else set())
 
-    def move(x):
-        if not is_data_load(x) or outer not in expr_vars(x):
-            return x
-        ahead = {outer: Binary("add", outer, Const(passes))}
-        return replace(x, indices=tuple(clamp(substitute_expr(i, ahead), extent) if outer in expr_vars(i) else i
-                                        for i, extent in zip(x.indices, x.buffer.shape)))
-    moved = tuple(map_expr(i, move) for i in indices)
-    outside = (map_expr(i, lambda x: Const(0) if is_data_load(x) else x) for i in moved)
-    return None if any(outer in expr_vars(i) for i in outside) else moved
+    def clamped(i, extent):
+        if not marks & _vars_outside_loads(i):
+            return i
+        top = Const(extent - 1) if isinstance(extent, int) else Binary("sub", as_expr(extent), Const(1))
+        return Binary("max", Binary("min", i, top), Const(0))
+
+    def move(x):  # bottom-up: a load's coordinates are moved already
+        if isinstance(x, Var):
+            return moves.get(x, x)
+        if is_data_load(x):
+            return replace(x, indices=tuple(clamped(i, d) for i, d in zip(x.indices, x.buffer.shape)))
+        return x
+    moved = [map_expr(i, move) for i in indices]
+    return tuple(clamped(i, d) if short_last else i for i, d in zip(moved, buffer.shape))
+
+
+def _vars_outside_loads(e) -> set:
+    """The variables ``e`` uses other than in the indices of its data loads."""
+    return expr_vars(map_expr(e, lambda x: Const(0) if is_data_load(x) else x))
