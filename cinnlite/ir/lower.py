@@ -172,10 +172,10 @@ def out_of_range(raw, size):
 
     Why: one add and one compare, where two compares and an or took four vector instructions
     per four lanes, and ``_checked_position`` reuses the test for the address. LLVM folded the
-    two compares into this itself for a number, not for a
-    symbolic size: a shape-generic gather along the last axis of 25 M elements went from 7.5
-    to 6 instructions per element (two threads, Zen 3: 39.9 -> 31.0 ms). Narrower indices keep
-    the two compares, which LLVM narrows to their own width."""
+    two compares into this itself for a number, not for a symbolic size: a shape-generic gather
+    along the last axis of 25 M elements went from 7.5 to 6 instructions per element (two
+    threads, Zen 3: 39.9 -> 31.0 ms). Narrower indices keep the two compares, which LLVM
+    narrows to their own width."""
     if not raw.dtype.is_signed:
         w, s = _unsigned_operands(raw, size)
         return Cmp("ge", w, s)
