@@ -582,3 +582,34 @@ def test_a_chain_of_index_loads_moves_ahead_once():
     (row, col) = _moved_ahead(x, indices, {o: Binary("add", o, Const(1)), k: a}, short_last=True)
     assert expr_str(row) == "i[j[max(min((o + 1), 29), 0), max(min(a, 7), 0)]]" and expr_str(col) == "max(min(a, 7), 0)"
     assert _moved_ahead(x, (Load(i, (o,)), o), {o: Binary("add", o, Const(1)), k: a}, short_last=False) is None
+
+
+def test_a_long_chain_of_fused_gathers_prefetches_only_short_indices(monkeypatch):
+    """Forty fused gathers through one index, every table counted far: written out, the index
+    of the outermost gather would repeat every link (exponentially many nodes); the loads whose
+    indices exceed ``PREFETCH_MAX_NODES`` get no prefetch, the program compiles and gives
+    numpy's result."""
+    from cinnlite.ir import schedule_cpu
+    from cinnlite.ir.transform import expr_size
+    monkeypatch.setattr(schedule_cpu, "PREFETCH_MIN_BYTES", 0)
+    monkeypatch.setattr(schedule_cpu, "PREFETCH_MIN_ROW_BYTES", 0)
+    b = NetBuilder("chain")
+    y = x = b.create_input("float32", (50, 8), "x")
+    i = b.create_input("int64", (50, 8), "i")
+    for _ in range(40):
+        y = b.gather(y, i, axis=0)
+    exe = cl.compile(b.build([y]), cache=False)
+    loops = prefetch_loops(exe.lowered)
+    assert loops and all(expr_size(e, schedule_cpu.PREFETCH_MAX_NODES) <= schedule_cpu.PREFETCH_MAX_NODES
+                         for loop in loops for e in loop.body.indices)
+    # Every load of every innermost loop is looked at in time bounded by the cap (written out
+    # in full, the outermost one's index would not fit in memory).
+    inner = [s for k in exe.lowered.kernels for s in walk_stmt(k.body) if isinstance(s, For)
+             and not any(isinstance(x, For) for x in walk_stmt(s.body))]
+    assert sum(len(list(schedule_cpu._indirect_loads(loop))) for loop in inner) >= 1
+    rng = np.random.default_rng(8)
+    xs, idx = rng.random((50, 8)).astype(np.float32), rng.integers(-50, 50, (50, 8))
+    want = xs
+    for _ in range(40):
+        want = np.take_along_axis(want, idx % 50, axis=0)
+    np.testing.assert_array_equal(exe(x=xs, i=idx), want)

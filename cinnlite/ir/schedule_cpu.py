@@ -18,8 +18,9 @@ from dataclasses import replace
 from .loopnest import (Binary, Cmp, Const, FlagIndexError, For, If, Kernel, Let, Load, Prefetch, Reduce, ReportIndexError,
                        Select, Seq, Store, Var, as_expr, dim_mul, let, logical_and)
 from .passes import CHUNKED_LOOPS, RANGE_BEGIN, RANGE_END, simplify_expr
-from .transform import (buffers_of, data_loads, expr_vars, is_data_load, kernel_stages, let_vars, loads_of, map_expr,
-                        map_stmt, sequence, stmt_exprs, substitute, substitute_expr, walk_expr, walk_stmt, written_buffers)
+from .transform import (buffers_of, data_loads, expr_size, expr_vars, is_data_load, kernel_stages, let_vars, loads_of,
+                        map_expr, map_stmt, sequence, stmt_exprs, substitute, substitute_expr, walk_expr, walk_stmt,
+                        written_buffers)
 
 #: A stage splits across threads only from this many innermost iterations: below it, handing
 #: chunks to other threads costs more than it saves.
@@ -1053,6 +1054,8 @@ PREFETCH_MIN_ROW_BYTES = 8 << 20
 #: an innermost loop may read to be prefetched a pass or more ahead.
 PREFETCH_AHEAD_LINES = 64
 PREFETCH_MAX_PASS_LINES = 256
+#: The most expression nodes an index of a prefetched load may take, its Lets written out.
+PREFETCH_MAX_NODES = 128
 
 
 def prefetch_gathers(kernel: Kernel) -> Kernel:
@@ -1111,13 +1114,18 @@ def _indirect_prefetch(loop: For, outer: For):
 
 def _indirect_loads(loop: For):
     """``(load, its indices written without Let variables)`` for every data load of ``loop``
-    whose address reads data (another load) in some dimension."""
+    from a buffer that may be far (``_far``), whose address reads data (another load) in some
+    dimension, and whose indices so written stay within ``PREFETCH_MAX_NODES`` nodes each:
+    written out, the Lets of a chain of fused gathers grow with every link (fusion binds them
+    to keep the code linear in the chain), and a prefetch would repeat all of them."""
     values, seen = _let_values(loop.body), set()
+    nearest = min(PREFETCH_MIN_BYTES, PREFETCH_MIN_ROW_BYTES)
     for x in (x for st in walk_stmt(loop.body) for e in stmt_exprs(st) for x in walk_expr(e)):
-        if is_data_load(x) and id(x) not in seen:
+        if is_data_load(x) and id(x) not in seen and _far(x.buffer, nearest) is not False:
             seen.add(id(x))
             indices = tuple(substitute_expr(i, values) for i in x.indices)
-            if any(data_loads(i) for i in indices):
+            if (all(expr_size(i, PREFETCH_MAX_NODES) <= PREFETCH_MAX_NODES for i in indices)
+                    and any(data_loads(i) for i in indices)):
                 yield x, indices
 
 
