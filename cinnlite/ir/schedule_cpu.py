@@ -1069,8 +1069,9 @@ def prefetch_gathers(kernel: Kernel) -> Kernel:
     index loads, the tests and the stores of the same loop. A prefetch of an address computed
     from indices a few passes ahead starts those misses early and retires at once. Two threads
     on a Zen 3, from tables of 52 MB and more, 25 M float32 elements: a gather along axis 0
-    197-226 -> 134-178 ms, a take of 256-byte rows 13.6-14.8 -> 11.2-13.4 ms, gather_nd of
-    64-byte rows with batch dims 15.7-17.4 -> 10.3-13.1 ms. From tables the L3 cache holds
+    197-226 -> 134-178 ms, a take of 256-byte rows 13.6-14.8 -> 11.2-13.4 ms (16.8 -> 17.3 in a
+    third run), gather_nd of 64-byte rows with batch dims 15.7-17.4 -> 10.3-13.1 ms. From
+    tables the L3 cache holds
     (2-4 MB) the prefetch loop's instructions cost more than they save (a gather along axis 0
     of 1 M elements: 1.02 -> 1.30 ms), hence ``PREFETCH_MIN_BYTES``; rows, one prefetch per
     line, gained from 8 MB tables (4 M elements: a take of rows 1.02-1.11 -> 0.83-0.88 ms, a
