@@ -182,11 +182,6 @@ def out_of_range(raw, size):
     v = _as_int64(raw)
     if raw.dtype.itemsize < 8:
         return Binary("or", Cmp("lt", v, _negated(size)), Cmp("ge", v, as_expr(size)))
-    return _out_of_int64_range(v, size)
-
-
-def _out_of_int64_range(v, size):
-    """``uint64(v) + size >= 2 size`` for an int64 value ``v`` (see ``out_of_range``)."""
     size = size.value if isinstance(size, Const) else size
     w, s = _uint64_operands(v, size)
     return Cmp("ge", Binary("add", w, s), const(2 * size, uint64) if _static(size) else Binary("add", s, s))

@@ -1071,18 +1071,25 @@ def prefetch_gathers(kernel: Kernel) -> Kernel:
     on a Zen 3, from tables of 52 MB and more, 25 M float32 elements: a gather along axis 0
     197-226 -> 134-178 ms, a take of 256-byte rows 13.6-14.8 -> 11.2-13.4 ms (16.8 -> 17.3 in a
     third run), gather_nd of 64-byte rows with batch dims 15.7-17.4 -> 10.3-13.1 ms. From
-    tables the L3 cache holds
-    (2-4 MB) the prefetch loop's instructions cost more than they save (a gather along axis 0
-    of 1 M elements: 1.02 -> 1.30 ms), hence ``PREFETCH_MIN_BYTES``; rows, one prefetch per
-    line, gained from 8 MB tables (4 M elements: a take of rows 1.02-1.11 -> 0.83-0.88 ms, a
+    tables the L3 cache holds (2-4 MB) the prefetch loop's instructions cost more than they
+    save (a gather along axis 0 of 1 M elements: 1.02 -> 1.30 ms), hence
+    ``PREFETCH_MIN_BYTES``; rows, one prefetch per line, gained from 8 MB tables (4 M elements: a take of rows 1.02-1.11 -> 0.83-0.88 ms, a
     batched gather_nd of rows 1.66-1.83 -> 1.19-1.44) where elements did not (gather_nd of
     float64 element pairs from 8 MB, 2.79-3.30 -> 2.98-3.56 ms)."""
     def inside(s):
         # Behind an if that reads data (a scatter's guard on its output row, which each thread
         # runs for its own rows) the passes ahead may never run the loop.
         return _in_front_of_loops(s, lambda loop: _indirect_prefetch(loop, s), lambda cond: not data_loads(cond))
-    stages = [map_stmt(stage, stmt_fn=inside) for stage in kernel_stages(kernel)]
+    stages = [map_stmt(stage, stmt_fn=inside) if _reads_far(stage) else stage for stage in kernel_stages(kernel)]
     return replace(kernel, body=Seq(tuple(stages)))
+
+
+def _reads_far(stage) -> bool:
+    """Whether a data load of the stage reads a buffer that may be far: the stages worth
+    rebuilding (most programs have none)."""
+    nearest = min(PREFETCH_MIN_BYTES, PREFETCH_MIN_ROW_BYTES)
+    return any(is_data_load(x) and _far(x.buffer, nearest) is not False
+               for st in walk_stmt(stage) for e in stmt_exprs(st) for x in walk_expr(e))
 
 
 def _indirect_prefetch(loop: For, outer: For):
@@ -1104,9 +1111,11 @@ def _indirect_prefetch(loop: For, outer: For):
             far = _far(load.buffer, PREFETCH_MIN_ROW_BYTES)
         else:
             count, step, far = length, ahead, _far(load.buffer, PREFETCH_MIN_BYTES)
+        if far is False or count > PREFETCH_MAX_PASS_LINES:
+            continue
         moves = {outer.var: Binary("add", outer.var, Const(-(-PREFETCH_AHEAD_LINES // count))), loop.var: step}
         moved = _moved_ahead(load.buffer, indices, moves, short_last=not isinstance(loop.extent, Const))
-        if far is False or moved is None or count > PREFETCH_MAX_PASS_LINES:
+        if moved is None:
             continue
         extent = Const(count) if far is True else Select(far, Const(count), Const(0))
         return For(ahead, extent, Prefetch(load.buffer, tuple(simplify_expr(i) for i in moved)))
@@ -1133,9 +1142,7 @@ def _indirect_loads(loop: For):
 def _far(buffer, min_bytes: int):
     """Whether ``buffer`` is at least ``min_bytes``: True, False, or, for a size known only at
     the call, the condition that says so."""
-    size = buffer.dtype.itemsize
-    for d in buffer.shape:
-        size = dim_mul(size, d)
+    size = dim_mul(buffer.size, buffer.dtype.itemsize)
     return size >= min_bytes if isinstance(size, int) else Cmp("ge", size, Const(min_bytes))
 
 
