@@ -30,12 +30,14 @@ import weakref
 
 import numpy as np
 
+from ..codegen.error_record import PER_CHECK
 from ..errors import CinnliteError, InputError, TargetUnavailableError
 from . import nvrtc
 from .cuda_base import CUDABaseExecutable, GPUCall
 from .device_array import DL_CUDA, DL_CUDA_MANAGED, DeviceArray, ImportedTensor, device_like, export_capsule
 
 _ERRORS = object()  # the error buffer's key among the device pointers (buffer names are strings)
+_FRESH_ERRORS = object()  # the key of the device's copy of a fresh error buffer, among the constants
 
 NO_GPU_HINT = ("the CUDA C and PTX stages work without one (exe.source('cuda'), exe.source('ptx')), and "
                "target='cuda-emu' runs the same CUDA C on the CPU")
@@ -433,7 +435,10 @@ class CUDAExecutable(CUDABaseExecutable):
             weakref.finalize(self, _free_all, dev, consts, cu_module)  # frees what the lines below get
             functions = [_check(driver, driver.cuModuleGetFunction(cu_module, l.name.encode()), "cuModuleGetFunction")
                          for l in self.module.launches]
-            for name, arr in self._consts.items():
+            constants = dict(self._consts)
+            if self.module.num_checks:  # each call's error buffer starts as a device copy of this one
+                constants[_FRESH_ERRORS] = self._new_error_buffer()
+            for name, arr in constants.items():
                 arr = np.ascontiguousarray(arr)
                 consts[name] = _check(driver, driver.cuMemAlloc(max(8, -(-arr.nbytes // 8) * 8)), "cuMemAlloc")
                 dev.upload(consts[name], arr)
@@ -485,7 +490,7 @@ class CUDAExecutable(CUDABaseExecutable):
         with dev.entered():
             bufs = self._bind(arrays, plan, loaded, call.stream)
             try:
-                self._launch_all(bufs, plan, loaded)
+                self._launch_all(bufs, self._launch_args(bufs, plan, loaded))
                 self._check_errors(bufs, plan, arrays)
                 return self._results(arrays, plan, bufs, outputs, call)
             finally:
@@ -507,23 +512,41 @@ class CUDAExecutable(CUDABaseExecutable):
             for name, _, _, nbytes in plan.allocs:
                 bufs.new(name, nbytes)
             if self.module.num_checks:
-                bufs.upload(_ERRORS, self._new_error_buffer())
+                bufs.new(_ERRORS, self._error_bytes)
+                self._reset_errors(bufs)
         except BaseException:
             bufs.release()
             raise
         return bufs
 
-    def _launch_all(self, bufs: _CallBuffers, plan, loaded: _Loaded):
-        driver, block = loaded.dev.driver, self.module.block
-        stream = loaded.dev.stream(bufs.stream)
+    @property
+    def _error_bytes(self) -> int:
+        return max(1, self.module.num_checks) * PER_CHECK.nbytes
+
+    def _reset_errors(self, bufs: _CallBuffers):
+        """The call's error buffer made fresh, copied on the device from the one set up at load:
+        an upload from host memory may wait for the stream, and costs more than the copy."""
+        bufs.dev.copy(bufs.ptrs[_ERRORS], bufs.ptrs[_FRESH_ERRORS], self._error_bytes, bufs.stream)
+
+    def _launch_args(self, bufs: _CallBuffers, plan, loaded: _Loaded) -> list:
+        """(function, blocks, parameters, kernelParams) of each launch of a call, worked out
+        once: the parameters are the arguments' values followed by a pointer to each, and
+        kernelParams is the address of those pointers (the list keeps the array alive)."""
+        args = []
         for fn, launch in zip(loaded.functions, self.module.launches):
-            ptrs = [bufs.ptrs[n] for n in launch.buffers] + ([bufs.ptrs[_ERRORS]] if launch.errors else [])
-            # kernelParams: an array of pointers, each to the memory holding one argument.
-            values = np.array([int(p) for p in ptrs] or [0], dtype=np.uint64)
-            addresses = values.ctypes.data + 8 * np.arange(max(1, len(ptrs)), dtype=np.uint64)
-            items = plan.size_of(launch.items)
-            blocks = max(1, min(-(-items // block), loaded.dev.max_blocks))
-            _check(driver, driver.cuLaunchKernel(fn, blocks, 1, 1, block, 1, 1, 0, stream, addresses.ctypes.data, 0),
+            ptrs = [int(bufs.ptrs[n]) for n in launch.buffers] + ([int(bufs.ptrs[_ERRORS])] if launch.errors else [])
+            count = max(1, len(ptrs))
+            params = np.zeros(2 * count, np.uint64)
+            params[:len(ptrs)] = ptrs
+            params[count:] = params.ctypes.data + 8 * np.arange(count, dtype=np.uint64)
+            blocks = max(1, min(-(-plan.size_of(launch.items) // self.module.block), loaded.dev.max_blocks))
+            args.append((fn, blocks, params, params.ctypes.data + 8 * count))
+        return args
+
+    def _launch_all(self, bufs: _CallBuffers, launch_args: list):
+        driver, block, stream = bufs.dev.driver, self.module.block, bufs.dev.stream(bufs.stream)
+        for fn, blocks, _, kernel_params in launch_args:
+            _check(driver, driver.cuLaunchKernel(fn, blocks, 1, 1, block, 1, 1, 0, stream, kernel_params, 0),
                    "cuLaunchKernel")
 
     def _check_errors(self, bufs: _CallBuffers, plan, arrays: dict):
@@ -582,11 +605,12 @@ class CUDAExecutable(CUDABaseExecutable):
         dev = loaded.dev
         with dev.entered():
             bufs = self._bind(arrays, plan, loaded, 0)
+            launch_args = self._launch_args(bufs, plan, loaded)
 
             def launches():
                 if self.module.num_checks:  # a fresh record, as every call has
-                    dev.upload(bufs.ptrs[_ERRORS], self._new_error_buffer())
-                self._launch_all(bufs, plan, loaded)
+                    self._reset_errors(bufs)
+                self._launch_all(bufs, launch_args)
             try:
                 return dev.event_seconds(launches, repeat, warmup)
             finally:
