@@ -70,9 +70,15 @@ def test_every_kernel_has_launch_bounds_64_bit_indexing_and_a_grid_stride_loop()
         body = src[src.index(f"\n{name}("):]
         body = body[:body.index("\n}\n")]
         assert "const long long cl_stride = (long long)gridDim.x * (long long)blockDim.x;" in body
-        assert ("for (long long cl_item = (long long)blockIdx.x * (long long)blockDim.x + "
+        assert ("long long cl_first = (long long)blockIdx.x * (long long)blockDim.x + "
                 "(long long)threadIdx.x;") in body
-        assert "cl_item < cl_items; cl_item += cl_stride" in body
+        unroll = cuda_codegen.ITEMS_IN_FLIGHT
+        # Groups of ITEMS_IN_FLIGHT consecutive grid-stride items while whole groups remain, then one at a time.
+        assert (f"for (; cl_first + {unroll - 1}LL * cl_stride < cl_items; cl_first += {unroll}LL * cl_stride)"
+                in body)
+        calls = re.findall(r"cl_body\((cl_first(?: \+ \d+LL \* cl_stride)?)\);", body)
+        assert calls == ["cl_first"] + [f"cl_first + {u}LL * cl_stride" for u in range(1, unroll)] + ["cl_first"]
+        assert "for (; cl_first < cl_items; cl_first += cl_stride)" in body
     # Every index variable is 64-bit; no 32-bit loop counters anywhere.
     declared = re.findall(r"const (\w[\w ]*?) ([ci]\d+) = cl_item", src)
     assert declared and all(t == "long long" for t, _ in declared)

@@ -54,6 +54,9 @@ from .names import comment_text, safe_name
 from .renderer import RenderedModule, Renderer
 
 BLOCK = 256  # threads per block; also the kernels' __launch_bounds__
+#: Items a thread takes at a time in a launch larger than its grid (kernel.cu.j2): a thread
+#: with one item's loads in flight leaves a large copy-like launch at half the memory bandwidth.
+ITEMS_IN_FLIGHT = 4
 
 _SUFFIX = {"bool": "b", "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64", "uint8": "u8",
            "uint16": "u16", "uint32": "u32", "uint64": "u64", "float16": "f16", "bfloat16": "bf16", "float32": "f32",
@@ -595,7 +598,7 @@ class CUDARenderer(Renderer):
         comment = f"{kernel.op} '{kernel.name}': {' x '.join(map(_size_text, extents))} items"
         text = TEMPLATES.get_template("kernel.cu.j2").render(
             comment=comment, block=self.block, name=name, params=params, total=_c_size(items, emitter.index),
-            grid_vars=grid_vars, body="\n".join(lines))
+            grid_vars=grid_vars, body="\n".join(lines), unroll=ITEMS_IN_FLIGHT)
         launch = Launch(name, kernel.name, items, tuple(b.name for b in buffers),
                         tuple(slots[b.name] for b in buffers), tuple(memory_ctype(b.dtype) for b in buffers),
                         has_errors)
