@@ -275,17 +275,21 @@ def test_the_runtime_computes_what_the_cpu_does(fake_gpu):
     assert exe.device_name() == "Stand-in GPU"
 
 
-def test_grid_stride_loops_cover_launches_bigger_than_the_grid(fake_gpu):
+# A 64-block grid of 256 threads takes 16384 items a turn: 2.4 turns (one item at a time only),
+# exactly 4 (one group of ITEMS_IN_FLIGHT), 9.3 (two groups, then one item at a time).
+@pytest.mark.parametrize("n", [40000, 65536, 152371])
+def test_grid_stride_loops_cover_launches_bigger_than_the_grid(fake_gpu, n):
     b = NetBuilder("big")
-    x = b.create_input("float32", (40000,), "x")
-    i = b.create_input("int32", (40000,), "i")
+    x = b.create_input("float32", (n,), "x")
+    i = b.create_input("int32", (n,), "i")
     b.take(x, i, mode="wrap")
     prog = b.build()
     exe = on_fake_gpu(fake_gpu, prog)
     rng = np.random.default_rng(1)
-    feeds = dict(x=rng.standard_normal(40000).astype(np.float32), i=rng.integers(-10**6, 10**6, 40000).astype(np.int32))
+    feeds = dict(x=rng.standard_normal(n).astype(np.float32), i=rng.integers(-10**6, 10**6, n).astype(np.int32))
+    # Fresh device memory holds GARBAGE: an item no thread takes shows in the result.
     np.testing.assert_array_equal(exe.run(feeds)["take_0"], cl.compile(prog, target="cpu").run(feeds)["take_0"])
-    assert fake_gpu.launches[-1][1] == 64  # 157 blocks' worth of work on a 64-block grid
+    assert fake_gpu.launches[-1][1] == 64
 
 
 def test_raise_reads_the_error_buffer_and_names_the_first_bad_index(fake_gpu):
