@@ -343,3 +343,26 @@ def test_the_index_flag_is_as_wide_as_the_indices_it_tests(index_dtype, flag):
         with pytest.raises(cl.IndexOutOfRangeError) as info:
             exe(x=xs, i=bad)
         assert info.value.position == (250, 7) and info.value.value == -301
+
+
+@pytest.mark.parametrize("rows", [256, 300])
+def test_an_int64_check_on_a_power_of_two_axis_flags_by_a_shift(rows):
+    """On an axis of 256 rows the check ``uint64(v) + 256 >= 512`` ORs ``(uint64(v) + 256) >> 9``
+    into the flag (no compare); on 300 rows it stays a compare. Either way every valid value
+    passes and every adversarial one is reported at its position."""
+    b = cl.NetBuilder("shifted_flag")
+    x = b.create_input("float32", (rows, 16), "x")
+    prog = b.build([b.gather(x, b.create_input("int64", (40, 16), "i"), axis=0)])
+    exe = cl.compile(prog, cache=False, threads=1)
+    assert bool(re.search(r"= lshr i64 %\S+, 9$", exe.source("llvm"), re.M)) == (rows == 256)
+    xs = np.random.default_rng(5).random((rows, 16)).astype(np.float32)
+    edges = np.zeros((40, 16), np.int64)
+    edges[0, :4] = [-rows, rows - 1, -1, 0]
+    np.testing.assert_array_equal(exe(x=xs, i=edges), np.take_along_axis(xs, edges % rows, axis=0))
+    for value in (rows, -rows - 1, 2 * rows, -2 * rows - 1, 2**62, 2**63 - 1, 2**63 - rows, -2**63,
+                  -2**63 + rows, -2**63 + rows - 1):
+        bad = edges.copy()
+        bad[17, 3] = value
+        with pytest.raises(cl.IndexOutOfRangeError) as info:
+            exe(x=xs, i=bad)
+        assert info.value.position == (17, 3) and info.value.value == value

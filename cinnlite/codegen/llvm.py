@@ -19,7 +19,7 @@ from typing import ClassVar
 import numpy as np
 from llvmlite import ir
 
-from ..dtypes import DType, float16, float32
+from ..dtypes import DType, float16, float32, uint64
 from ..ir.loopnest import (Binary, Buffer, Cast, Cmp, Const, FlagIndexError, Math, For, If, Let, Load,
                            LoweredProgram, Prefetch, Reduce, ReportIndexError, Select, Seq, Store, Var)
 from ..ir.passes import CHUNKED_LOOPS, RANGE_BEGIN, RANGE_END
@@ -464,7 +464,7 @@ class _KernelEmitter:
                 value = self.binary(op, s.buffer.dtype, old, value)
             self.store(s.buffer, s.indices, value)
         elif isinstance(s, If) and s.orelse is None and isinstance(s.then, FlagIndexError):
-            self.flag_if(self.expr(s.cond))
+            self.flag_if(s.cond)
         elif isinstance(s, If):
             cond = self.expr(s.cond)
             if s.orelse is None:
@@ -542,15 +542,29 @@ class _KernelEmitter:
         return _DistinctNode(module, [parallel], loop_id=True)
 
     def flag_if(self, cond):
-        """``if cond: flag`` without a branch: the flag ORs in 1 where ``cond`` holds (``emit``
-        returns ``FLAGGED`` for a flag that is not 0).
+        """``if cond: flag`` without a branch: the flag ORs in what ``_flag_bits`` makes of
+        ``cond`` (an expression), not 0 exactly where it holds (``emit`` returns ``FLAGGED`` for
+        a flag that is not 0).
         A loop then carries an OR reduction, which LLVM vectorises whatever the bounds compared
         (a conditional store of FLAGGED became a select it did not recognise when the bounds were
         symbolic sizes, and the whole loop stayed scalar)."""
         b = self.b
         slot = self.flag_slot()
-        bit = b.zext(cond, self.flag_type)
-        b.store(b.or_(b.load(slot, typ=self.flag_type), bit), slot)
+        b.store(b.or_(b.load(slot, typ=self.flag_type), self._flag_bits(cond)), slot)
+
+    def _flag_bits(self, cond):
+        """What the flag ORs in for ``cond``: for a uint64 test ``x >= 2**k`` against a 64-bit
+        flag, ``x >> k``, else ``cond`` as 0 or 1.
+
+        Why: an int64 index check on an axis whose size is a power of two is such a test
+        (``out_of_range``). AVX2 has no unsigned 64-bit compare: the test took an add, a sign
+        flip, a signed compare and a shift per four lanes before the OR; the shift alone says
+        the same (the bits from ``k`` up are not all 0 exactly where ``x >= 2**k``)."""
+        bound = cond.b.value if isinstance(cond, Cmp) and cond.op == "ge" and isinstance(cond.b, Const) else None
+        if (isinstance(bound, (int, np.integer)) and bound > 0 and bound & (bound - 1) == 0
+                and cond.a.dtype == uint64 and self.flag_type.width == 64):
+            return self.b.lshr(self.expr(cond.a), ir.Constant(self.flag_type, int(bound).bit_length() - 1))
+        return self.b.zext(self.expr(cond), self.flag_type)
 
     def prefetch(self, s: Prefetch):
         """``llvm.prefetch`` of the element's cache line: for reading, kept in every cache level."""

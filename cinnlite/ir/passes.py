@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..dtypes import bool_, int64
+from ..dtypes import bool_, int64, uint64
 from ..errors import CompileError
 from .symbolic import SYMBOL_BUFFER_PREFIX, symbol_buffer
 from .loopnest import (Binary, Buffer, Cast, Cmp, Const, For, If, Kernel, Let, Load, LoweredProgram, Prefetch, Reduce,
@@ -66,6 +66,14 @@ def _fold_binary(op, a, b):
     return None
 
 
+def _fits_folded(value: int, dtype) -> bool:
+    """Whether a constant folded to ``value`` may stand as one of ``dtype``: int64 and uint64
+    where the value is in range (no folding where the arithmetic would wrap). uint64 too,
+    so that the bounds of index checks (``lower.out_of_range``) become numbers the CPU
+    renderer recognises."""
+    return (dtype == int64 and -2**63 <= value < 2**63) or (dtype == uint64 and 0 <= value < 2**64)
+
+
 def _is_int_const(e, value=None):
     return isinstance(e, Const) and e.dtype.is_int and (value is None or e.value == value)
 
@@ -82,7 +90,7 @@ def simplify_expr(e):
             return e
         if _is_int_const(a) and _is_int_const(b):
             v = _fold_binary(e.op, a.value, b.value)
-            if v is not None and e.dtype == int64 and -2**63 <= v < 2**63:
+            if v is not None and _fits_folded(v, e.dtype):
                 return Const(v, e.dtype)
         if e.dtype.is_int:
             if e.op == "add" and _is_int_const(b, 0): return a
@@ -107,8 +115,8 @@ def simplify_expr(e):
     if isinstance(e, Cast):
         if e.a.dtype == e.to:
             return e.a
-        if _is_int_const(e.a) and e.to == int64:
-            return Const(int(e.a.value), int64)
+        if _is_int_const(e.a) and e.to in (int64, uint64) and _fits_folded(int(e.a.value), e.to):
+            return Const(int(e.a.value), e.to)
         return e
     return e
 
