@@ -598,7 +598,9 @@ class CUDAExecutable(CUDABaseExecutable):
 
     def time_kernels(self, inputs: dict, repeat: int = 20, warmup: int = 3) -> list[float]:
         """Seconds taken by all the launches of one run, with the inputs already on the device,
-        measured with CUDA events ``repeat`` times (for benchmarks; needs a GPU)."""
+        measured with CUDA events ``repeat`` times (for benchmarks; needs a GPU). The buffers
+        and launch arguments are set up once, before the samples; each sample resets the error
+        record (where the program checks) and launches."""
         arrays = self._check_inputs(inputs)
         plan = self._shapes.plan_for(arrays, self)
         if plan.specialised is not None:
