@@ -75,9 +75,11 @@ INNER = {True: 6, False: 2}  # timed calls per turn: on a GPU, in the emulation
 #: (atol, rtol) of correctness.check for W4-W6, float32 sums against float64 references.
 WORKLOAD_TOL = (1e-5, 2e-5)
 FAST_PCT = 80.0               # the share of the copy bandwidth a large cell should reach
-#: Seconds after which no workload or cell starts; the environment variable bounds runs that
-#: cannot pass --budget-seconds (a smoke script that calls the benchmark as it is).
-DEFAULT_BUDGET_S = float(os.environ.get("CINNLITE_BENCH_BUDGET_S", 240.0))
+#: Seconds after which no workload or cell starts, where neither --budget-seconds nor the
+#: variable BUDGET_VARIABLE (for runs that cannot pass the option: a smoke script that calls
+#: the benchmark as it is) says otherwise.
+DEFAULT_BUDGET_S = 240.0
+BUDGET_VARIABLE = "CINNLITE_BENCH_BUDGET_S"
 NO_SUCH_OPERATION = "no such operation"
 #: Errors after which the CUDA context is unusable: nothing later can be measured.
 STICKY = ("ILLEGAL_ADDRESS", "illegal memory access", "LAUNCH_FAILED", "unspecified launch failure",
@@ -92,8 +94,9 @@ def parse_args(argv=None):
                                                         "most 1 M elements, 4 rounds")
     p.add_argument("--repeat", type=int, default=None,
                    help="rounds of turns (default 5; 4 with --quick, 2 with --emulate); 6 timed calls a turn on a GPU")
-    p.add_argument("--budget-seconds", type=float, default=DEFAULT_BUDGET_S,
-                   help=f"start no workload or cell after this many seconds (default {DEFAULT_BUDGET_S:g})")
+    p.add_argument("--budget-seconds", type=float, default=None,
+                   help=f"start no workload or cell after this many seconds (default: ${BUDGET_VARIABLE}, "
+                        f"else {DEFAULT_BUDGET_S:g})")
     p.add_argument("--match", help="only matrix cells whose label contains this text")
     p.add_argument("--cache", action="store_true",
                    help="compile through cinnlite's compile caches, as users do: a structure compiled at a second "
@@ -106,6 +109,12 @@ def parse_args(argv=None):
     if args.repeat is None:
         args.repeat = 2 if args.emulate else 4 if args.quick else 5
     args.repeat = max(1, args.repeat)
+    if args.budget_seconds is None:
+        text = os.environ.get(BUDGET_VARIABLE, "").strip()
+        try:
+            args.budget_seconds = float(text) if text else DEFAULT_BUDGET_S
+        except ValueError:
+            p.error(f"{BUDGET_VARIABLE}={text!r} is not a number of seconds")
     return args
 
 

@@ -63,6 +63,7 @@ def run_bench(bench_cuda, tmp_path, capsys, *args):
 
 def test_the_emulated_run_checks_every_cell_against_numpy(bench_cuda, tmp_path, capsys, monkeypatch):
     pytest.importorskip("torch")
+    monkeypatch.delenv(bench_cuda.BUDGET_VARIABLE, raising=False)  # the default budget: every cell runs
     cp, cpx = numpy_cupy()
     monkeypatch.setitem(sys.modules, "cupy", cp)
     monkeypatch.setitem(sys.modules, "cupyx", cpx)
