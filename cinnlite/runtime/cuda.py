@@ -31,7 +31,6 @@ import weakref
 
 import numpy as np
 
-from ..codegen.error_record import PER_CHECK
 from ..errors import CinnliteError, InputError, TargetUnavailableError
 from . import nvrtc
 from .cuda_base import CUDABaseExecutable, GPUCall
@@ -522,7 +521,8 @@ class CUDAExecutable(CUDABaseExecutable):
 
     @property
     def _error_bytes(self) -> int:
-        return max(1, self.module.num_checks) * PER_CHECK.nbytes
+        rows, slots = self._error_shape
+        return rows * slots * 8
 
     def _reset_errors(self, bufs: _CallBuffers):
         """The call's error buffer made fresh, copied on the device from the one set up at load:

@@ -186,9 +186,14 @@ class CUDABaseExecutable(Executable):
         return {"lowered": self.lowered, "lowered_text": self._sources["lowered"], "cuda": self.module.source,
                 "module": module_fields(self.module), "nvrtc_images": dict(self._nvrtc_images)}
 
+    @property
+    def _error_shape(self) -> tuple:
+        """The error buffer's int64 slots: a ``PER_CHECK`` record per check (one at least)."""
+        return max(1, self.module.num_checks), PER_CHECK.size
+
     def _new_error_buffer(self) -> np.ndarray:
         """A ``PER_CHECK`` record per check: no bad position yet, no value, the lock free."""
-        errors = np.zeros((max(1, self.module.num_checks), PER_CHECK.size), np.int64)
+        errors = np.zeros(self._error_shape, np.int64)
         errors[:, PER_CHECK.index("position")] = NO_POSITION
         return errors
 
