@@ -366,3 +366,35 @@ def test_an_int64_check_on_a_power_of_two_axis_flags_by_a_shift(rows):
         with pytest.raises(cl.IndexOutOfRangeError) as info:
             exe(x=xs, i=bad)
         assert info.value.position == (17, 3) and info.value.value == value
+
+
+def test_gather_nd_components_and_uint64_indices_flag_by_a_shift_too():
+    """gather_nd's per-component bounds fold to numbers (``simplify`` folds uint64 constants), so
+    each component's test on a power-of-two axis is a shift (256 rows: ``>> 9``, 16 columns:
+    ``>> 5``); uint64 indices test ``v >= 256`` as ``>> 8``. Bad values in either component, and
+    uint64 values past the int64 range, are reported at their position."""
+    b = cl.NetBuilder("shifted_flags")
+    x = b.create_input("float32", (256, 16), "x")
+    prog = b.build([b.gather_nd(x, b.create_input("int64", (40, 2), "t")),
+                    b.take(x, b.create_input("uint64", (40,), "u"), axis=0)])
+    exe = cl.compile(prog, cache=False, threads=1)
+    assert {"5", "8", "9"} <= set(re.findall(r"= lshr i64 %\S+, (\d+)$", exe.source("llvm"), re.M))
+    rng = np.random.default_rng(6)
+    xs = rng.random((256, 16)).astype(np.float32)
+    t = np.stack([rng.integers(-256, 256, 40), rng.integers(-16, 16, 40)], axis=1)
+    u = rng.integers(0, 256, 40).astype(np.uint64)
+    got_nd, got_take = exe(x=xs, t=t, u=u)
+    np.testing.assert_array_equal(got_nd, xs[t[:, 0], t[:, 1]])
+    np.testing.assert_array_equal(got_take, xs[u.astype(np.int64)])
+    for component, value in ((0, 256), (0, -257), (0, 2**63 - 1), (0, -2**63), (1, 16), (1, -17), (1, 2**62)):
+        bad = t.copy()
+        bad[17, component] = value
+        with pytest.raises(cl.IndexOutOfRangeError) as info:
+            exe(x=xs, t=bad, u=u)
+        assert info.value.position == (17, component) and info.value.value == value
+    for value in (256, 2**63, 2**64 - 1):
+        bad = u.copy()
+        bad[17] = value
+        with pytest.raises(cl.IndexOutOfRangeError) as info:
+            exe(x=xs, t=t, u=bad)
+        assert info.value.position == (17,) and info.value.value == value

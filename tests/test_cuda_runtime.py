@@ -18,6 +18,7 @@ import pytest
 
 import cinnlite as cl
 from cinnlite import NetBuilder
+from cinnlite.codegen import cuda as cuda_codegen
 from cinnlite.codegen.cuda import render_emu_launcher
 from cinnlite.runtime import cuda as cuda_runtime
 from cinnlite.runtime import cuda_emu
@@ -275,20 +276,26 @@ def test_the_runtime_computes_what_the_cpu_does(fake_gpu):
     assert exe.device_name() == "Stand-in GPU"
 
 
-# A 64-block grid of 256 threads takes 16384 items a turn: 2.4 turns (one item at a time only),
-# exactly 4 (one group of ITEMS_IN_FLIGHT), 9.3 (two groups, then one item at a time).
-@pytest.mark.parametrize("n", [40000, 65536, 152371])
-def test_grid_stride_loops_cover_launches_bigger_than_the_grid(fake_gpu, n):
+# The fake device's grid: 64 blocks of 256 threads, 16384 items a turn. Launches of 2.4 turns
+# (one item at a time only), of exactly one group of ITEMS_IN_FLIGHT turns, and of two groups
+# and 1.3 turns more.
+TURN = 64 * 256
+
+
+@pytest.mark.parametrize("n", [40000, cuda_codegen.ITEMS_IN_FLIGHT * TURN,
+                               2 * cuda_codegen.ITEMS_IN_FLIGHT * TURN + 13 * TURN // 10])
+def test_grid_stride_loops_take_every_item_once(fake_gpu, n):
+    """A scatter-add of ones through a permutation: every target ends at exactly 1, so an item no
+    thread takes (0, or fresh memory's GARBAGE in the copy of x) or one taken twice (2) shows."""
     b = NetBuilder("big")
     x = b.create_input("float32", (n,), "x")
     i = b.create_input("int32", (n,), "i")
-    b.take(x, i, mode="wrap")
-    prog = b.build()
-    exe = on_fake_gpu(fake_gpu, prog)
-    rng = np.random.default_rng(1)
-    feeds = dict(x=rng.standard_normal(n).astype(np.float32), i=rng.integers(-10**6, 10**6, n).astype(np.int32))
-    # Fresh device memory holds GARBAGE: an item no thread takes shows in the result.
-    np.testing.assert_array_equal(exe.run(feeds)["take_0"], cl.compile(prog, target="cpu").run(feeds)["take_0"])
+    u = b.create_input("float32", (n,), "u")
+    b.scatter(x, i, u, axis=0, reduce="add")
+    exe = on_fake_gpu(fake_gpu, b.build())
+    feeds = dict(x=np.zeros(n, np.float32), i=np.random.default_rng(1).permutation(n).astype(np.int32),
+                 u=np.ones(n, np.float32))
+    np.testing.assert_array_equal(exe.run(feeds)["scatter_0"], np.ones(n, np.float32))
     assert fake_gpu.launches[-1][1] == 64
 
 

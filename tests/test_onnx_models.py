@@ -317,7 +317,7 @@ def _topk_reference(x, k, axis, largest):
 @pytest.mark.parametrize("dtype,shape,k,attrs,opset", [
     (dtype, *case) for case in TOPK_CASES for dtype in ("float32", "float64", "int32", "int64")
     if case[3] >= 11 or dtype.startswith("float")], ids=str)
-def test_topk_matches_onnxruntime_with_ties_and_nan(backend, dtype, shape, k, attrs, opset):
+def test_topk_matches_numpy_and_onnxruntime_with_ties_and_nan(backend, dtype, shape, k, attrs, opset):
     """Few distinct values, so that ties decide the order (the lower position first), and for
     floats NaN and infinities. Every input against numpy's stable sort; the inputs without NaN
     against onnxruntime too (its order of NaN differs between its versions)."""
@@ -325,7 +325,7 @@ def test_topk_matches_onnxruntime_with_ties_and_nan(backend, dtype, shape, k, at
     x = rng.integers(-3, 4, shape).astype(dtype)
     inputs = [x]
     if np.dtype(dtype).kind == "f":
-        x.reshape(-1)[:3] = [np.nan, np.inf, -np.inf]
+        x.reshape(-1)[:4] = [np.nan, np.inf, -np.inf, np.nan]  # two NaNs: tied, the lower position first
         inputs.append(np.where(np.isnan(x), 0, x).astype(dtype))
     model = _topk_model(dtype, shape, k, attrs, opset)
     program = from_onnx(model)
