@@ -1073,9 +1073,10 @@ def prefetch_gathers(kernel: Kernel) -> Kernel:
     third run), gather_nd of 64-byte rows with batch dims 15.7-17.4 -> 10.3-13.1 ms. From
     tables the L3 cache holds (2-4 MB) the prefetch loop's instructions cost more than they
     save (a gather along axis 0 of 1 M elements: 1.02 -> 1.30 ms), hence
-    ``PREFETCH_MIN_BYTES``; rows, one prefetch per line, gained from 8 MB tables (4 M elements: a take of rows 1.02-1.11 -> 0.83-0.88 ms, a
-    batched gather_nd of rows 1.66-1.83 -> 1.19-1.44) where elements did not (gather_nd of
-    float64 element pairs from 8 MB, 2.79-3.30 -> 2.98-3.56 ms)."""
+    ``PREFETCH_MIN_BYTES``; rows, one prefetch per line, gained from 8 MB tables (4 M
+    elements: a take of rows 1.02-1.11 -> 0.83-0.88 ms, a batched gather_nd of rows 1.66-1.83
+    -> 1.19-1.44) where elements did not (gather_nd of float64 element pairs from 8 MB,
+    2.79-3.30 -> 2.98-3.56 ms)."""
     def inside(s):
         # Behind an if that reads data (a scatter's guard on its output row, which each thread
         # runs for its own rows) the passes ahead may never run the loop.
@@ -1087,9 +1088,13 @@ def prefetch_gathers(kernel: Kernel) -> Kernel:
 def _reads_far(stage) -> bool:
     """Whether a data load of the stage reads a buffer that may be far: the stages worth
     rebuilding (most programs have none)."""
-    nearest = min(PREFETCH_MIN_BYTES, PREFETCH_MIN_ROW_BYTES)
-    return any(is_data_load(x) and _far(x.buffer, nearest) is not False
-               for st in walk_stmt(stage) for e in stmt_exprs(st) for x in walk_expr(e))
+    return any(_far_data_load(x) for st in walk_stmt(stage) for e in stmt_exprs(st) for x in walk_expr(e))
+
+
+def _far_data_load(x) -> bool:
+    """Whether ``x`` is a data load from a buffer that may be far enough to prefetch, as
+    elements or as rows (``_far`` is not False at the nearer of the two thresholds)."""
+    return is_data_load(x) and _far(x.buffer, min(PREFETCH_MIN_BYTES, PREFETCH_MIN_ROW_BYTES)) is not False
 
 
 def _indirect_prefetch(loop: For, outer: For):
@@ -1129,9 +1134,8 @@ def _indirect_loads(loop: For):
     written out, the Lets of a chain of fused gathers grow with every link (fusion binds them
     to keep the code linear in the chain), and a prefetch would repeat all of them."""
     values, seen = _let_values(loop.body), set()
-    nearest = min(PREFETCH_MIN_BYTES, PREFETCH_MIN_ROW_BYTES)
     for x in (x for st in walk_stmt(loop.body) for e in stmt_exprs(st) for x in walk_expr(e)):
-        if is_data_load(x) and id(x) not in seen and _far(x.buffer, nearest) is not False:
+        if id(x) not in seen and _far_data_load(x):
             seen.add(id(x))
             indices = tuple(substitute_expr(i, values) for i in x.indices)
             if (all(expr_size(i, PREFETCH_MAX_NODES) <= PREFETCH_MAX_NODES for i in indices)
