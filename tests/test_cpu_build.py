@@ -398,3 +398,32 @@ def test_gather_nd_components_and_uint64_indices_flag_by_a_shift_too():
         with pytest.raises(cl.IndexOutOfRangeError) as info:
             exe(x=xs, t=t, u=bad)
         assert info.value.position == (17,) and info.value.value == value
+
+
+def test_offsets_that_read_data_are_32_bit_below_2_31_elements():
+    """The gather's load and the scatter's update (their coordinates read the index) compute
+    their offsets in 32 bits where the buffer has fewer than 2**31 elements, every coordinate
+    being inside its dimension; at 2**31 elements every offset stays 64-bit. Results, the
+    first and last rows and negative indices included, equal numpy's."""
+    def program(rows):
+        b = cl.NetBuilder("narrow_offsets")
+        x = b.create_input("float32", (rows, 64), "x")
+        i = b.create_input("int32", (40, 64), "i")
+        u = b.create_input("float32", (40, 64), "u")
+        return b.build([b.gather(x, i, axis=0), b.scatter(x, i, u, axis=0, reduce="add")])
+
+    def narrowed(text):
+        return len(re.findall(r"zext i32 %\S+ to i64", text))
+
+    assert narrowed(cl.compile(program(2**25), cache=False, threads=1).source("llvm")) == 0
+    exe = cl.compile(program(300), cache=False, threads=1)
+    assert narrowed(exe.source("llvm")) >= 2
+    rng = np.random.default_rng(8)
+    xs, us = rng.random((300, 64)).astype(np.float32), rng.random((40, 64)).astype(np.float32)
+    i = rng.integers(-300, 300, (40, 64)).astype(np.int32)
+    i[0, :4], i[39, -4:] = [-300, 299, -1, 0], [299, -300, 0, -1]
+    gathered, scattered = exe(x=xs, i=i, u=us)
+    np.testing.assert_array_equal(gathered, np.take_along_axis(xs, i % 300, axis=0))
+    expected = xs.copy()
+    np.add.at(expected, (i.astype(np.int64) % 300, np.arange(64)[None, :].repeat(40, 0)), us)
+    np.testing.assert_allclose(scattered, expected, rtol=1e-6)

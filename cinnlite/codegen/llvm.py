@@ -26,7 +26,7 @@ from ..ir.passes import CHUNKED_LOOPS, RANGE_BEGIN, RANGE_END
 from ..ir.schedule_cpu import (PARALLEL_MIN_WORK, flagged_index_width, gather_reach, narrow_gathers, stage_extent,
                                stage_work, independent_scatter, threaded_gathers, wide_row_gathers)
 from ..ir.symbolic import is_symbol_load
-from ..ir.transform import buffers_of, kernel_stages, map_stmt, walk_stmt
+from ..ir.transform import buffers_of, data_loads, kernel_stages, map_stmt, walk_stmt
 from .error_record import FIRST_FAILURE
 from .llvm_call import add_call_entry, renders_call_entry
 from .llvm_sizes import size_renderable, size_value
@@ -222,16 +222,27 @@ class _KernelEmitter:
         return self.ptrs[buf.name]
 
     def address(self, buf: Buffer, indices):
+        """The element's pointer. Its offset is 32-bit arithmetic where a coordinate reads data
+        (a gather's or a scatter's) and ``buf`` has fewer than ``2**31`` elements: every
+        coordinate lies inside its dimension (the lowering makes each index safe), so no term
+        overflows. Why: the vectoriser then computes eight lanes of such addresses per
+        instruction instead of four, or a scalar chain per lane (1 M float32 elements gathered
+        along axis 0 through int32 indices, two threads on a Zen 3: 0.94-0.96 -> 0.78 ms). An
+        offset of loop variables alone stays 64-bit: the vectoriser must see it step by one."""
+        narrow = buf.is_static and buf.size < 2**31 and any(data_loads(i) for i in indices)
+        flags = ["nsw", "nuw"] if narrow else ["nsw"]
         offset = None
         for idx, stride in zip(indices, buf.strides):
-            term = self.expr(idx)
+            term = self.b.trunc(self.expr(idx), I32) if narrow else self.expr(idx)
             if not isinstance(stride, int):  # a symbolic size's expression
-                term = self.b.mul(term, self.expr(stride), flags=["nsw"])
+                term = self.b.mul(term, self.expr(stride), flags=flags)
             elif stride != 1:
-                term = self.b.mul(term, ir.Constant(I64, stride), flags=["nsw"])
-            offset = term if offset is None else self.b.add(offset, term, flags=["nsw"])
+                term = self.b.mul(term, ir.Constant(term.type, stride), flags=flags)
+            offset = term if offset is None else self.b.add(offset, term, flags=flags)
         if offset is None:
             offset = ir.Constant(I64, 0)
+        elif narrow:
+            offset = self.b.zext(offset, I64)
         return self.b.gep(self.base(buf), [offset], inbounds=True, source_etype=memory_type(buf.dtype))
 
     def symbol(self, buf):
