@@ -20,7 +20,7 @@ from cinnlite.ir.loopnest import For, Reduce, Store
 from cinnlite.ir.lower import lower_program
 from cinnlite.backends.gpu import GPU_PIPELINE, GPU_PIPELINE_DETERMINISTIC
 from cinnlite.ir.passes import run_pipeline
-from cinnlite.ir.schedule_gpu import grid_chain, verify_gpu
+from cinnlite.ir.schedule_gpu import CHECK_SERIAL_ITEMS, grid_chain, verify_gpu
 from cinnlite.ir.transform import top_level, walk_stmt
 
 
@@ -284,6 +284,44 @@ def test_few_updates_into_a_huge_output_need_no_winner_buffer():
 def test_many_independent_chains_run_ordered():
     kernel, update = _update_launch(scatter_program("none", xshape=(3, 2**17), ishape=(100, 2**17)))
     assert [l.extent.value for l in grid_chain(update)[0]] == [2**17] and not kernel.temps
+
+
+def gather_nd_program(depth: int, tuples: int = 6):
+    b = NetBuilder("gnd")
+    x = b.create_input("float32", (2,) * depth, "x")
+    i = b.create_input("int64", (tuples, depth), "i")
+    b.gather_nd(x, i)
+    return b.build()
+
+
+@pytest.mark.parametrize("depth", [2, CHECK_SERIAL_ITEMS, CHECK_SERIAL_ITEMS + 1])
+def test_gather_nd_checks_each_short_index_tuple_in_the_gather_launch(depth):
+    """A thread checks a whole tuple of up to ``CHECK_SERIAL_ITEMS`` indices inside the gather's
+    launch, which reads the same tuple; a longer tuple keeps a check launch over every index.
+    Either way the smallest bad position is the one reported, as on the CPU."""
+    program = gather_nd_program(depth)
+    (kernel,) = gpu_kernels(program)
+    launches = top_level(kernel.body)
+    fused = depth <= CHECK_SERIAL_ITEMS
+    assert len(launches) == (1 if fused else 2)
+    grid, body = grid_chain(launches[0])
+    assert [l.extent.value for l in grid] == ([6] if fused else [6, depth])
+    serial = [s for s in walk_stmt(body) if isinstance(s, For)]
+    assert [(l.kind, l.extent.value) for l in serial] == ([("serial", depth)] if fused else [])
+    index = np.zeros((6, depth), np.int64)
+    index[4, depth - 1], index[2, 1], index[5, 0] = 3, -3, 7  # the first bad one: (2, 1)
+    x = np.arange(2**depth, dtype=np.float32).reshape((2,) * depth)
+    messages = []
+    for target in ("cpu", "cuda-emu"):
+        with pytest.raises(cl.IndexOutOfRangeError) as err:
+            cl.compile(program, target=target)(x=x, i=index)
+        messages.append(str(err.value))
+    assert messages[0] == messages[1] and "position (2, 1)" in messages[0]
+    index[:] = -1
+    index[3] = 0
+    expected = np.full(6, x[(-1,) * depth])
+    expected[3] = x[(0,) * depth]
+    assert np.array_equal(np.asarray(cl.compile(program, target="cuda-emu")(x=x, i=index)), expected)
 
 
 def test_verify_gpu_rejects_an_unscheduled_scatter_update():

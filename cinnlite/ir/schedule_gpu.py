@@ -790,30 +790,61 @@ def _grid_extents(stmt):
     return tuple(int(l.extent.value) if isinstance(l.extent, Const) else l.extent for l in loops)
 
 
+#: A launch that only checks indices may run its innermost grid loops serially inside each
+#: thread, where their constant extents multiply to at most this many items, to take the grid
+#: of the launch after it and fuse with it (see ``_check_on_grid``).
+CHECK_SERIAL_ITEMS = 8
+
+
 def fuse_independent_launches(kernel: Kernel) -> Kernel:
     """Merge adjacent launches over the same grid when neither touches what the other writes
     (for example a scatter's copy of ``x`` and the reset of its winner buffer): one pass over
-    the grid instead of two."""
+    the grid instead of two. A check launch over an index with a short last dimension first
+    takes the next launch's grid where ``_check_on_grid`` allows."""
     launches = top_level(kernel.body)
     if len(launches) < 2:
         return kernel
     out = [launches[0]]
     for nxt in launches[1:]:
-        prev = out[-1]
-        ext = _grid_extents(prev)
-        serial_inside = any(isinstance(x, For) for x in walk_stmt(grid_chain(nxt)[1]))
-        if ext == _grid_extents(nxt) and not serial_inside:
-            r1, w1 = _reads_writes(prev)
-            r2, w2 = _reads_writes(nxt)
-            if not (w1 & (r2 | w2)) and not (w2 & r1):
-                loops1, body1 = grid_chain(prev)
-                loops2, body2 = grid_chain(nxt)
-                rename = {l2.var: l1.var for l1, l2 in zip(loops1, loops2)}
-                body2 = substitute(body2, rename)
-                out[-1] = build_nest(loops1, Seq(tuple(top_level(body1)) + tuple(top_level(body2))))
-                continue
-        out.append(nxt)
+        fused = _fused(_check_on_grid(out[-1], _grid_extents(nxt)) or out[-1], nxt)
+        if fused is None:
+            out.append(nxt)
+        else:
+            out[-1] = fused
     return replace(kernel, body=sequence(out))
+
+
+def _fused(prev, nxt):
+    """``prev`` and then ``nxt`` as one launch, or None where their grids differ, ``nxt`` holds
+    serial loops, or one touches what the other writes."""
+    serial_inside = any(isinstance(x, For) for x in walk_stmt(grid_chain(nxt)[1]))
+    if _grid_extents(prev) != _grid_extents(nxt) or serial_inside:
+        return None
+    r1, w1 = _reads_writes(prev)
+    r2, w2 = _reads_writes(nxt)
+    if w1 & (r2 | w2) or w2 & r1:
+        return None
+    loops1, body1 = grid_chain(prev)
+    loops2, body2 = grid_chain(nxt)
+    body2 = substitute(body2, {l2.var: l1.var for l1, l2 in zip(loops1, loops2)})
+    return build_nest(loops1, Seq(tuple(top_level(body1)) + tuple(top_level(body2))))
+
+
+def _check_on_grid(launch, extents: tuple):
+    """``launch``, a launch that only reports index errors, with its grid loops past the first
+    ``len(extents)`` made serial, where the first ones have ``extents`` and the others constant
+    extents of at most ``CHECK_SERIAL_ITEMS`` items together; else None.
+
+    Why: gather_nd checks its (M, K) index tuples over an (M, K) grid and gathers over (M,);
+    one thread checking a whole tuple lets the check ride in the gather's launch, which reads
+    the same tuple, instead of a launch of its own that reads the index a second time."""
+    loops, body = grid_chain(launch)
+    n, own = len(extents), _grid_extents(launch)
+    tail = own[n:]
+    if (not n or own[:n] != extents or not tail or not all(isinstance(e, int) for e in tail)
+            or math.prod(tail) > CHECK_SERIAL_ITEMS or _reads_writes(launch)[1] != {"<errors>"}):
+        return None
+    return build_nest(loops[:n] + [replace(l, kind="serial") for l in loops[n:]], body)
 
 
 # -- verify_gpu -----------------------------------------------------------------------------------
