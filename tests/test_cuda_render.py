@@ -286,12 +286,34 @@ def test_many_independent_chains_run_ordered():
     assert [l.extent.value for l in grid_chain(update)[0]] == [2**17] and not kernel.temps
 
 
-def gather_nd_program(depth: int, tuples: int = 6):
+def gather_nd_program(depth: int, tuples=6):
     b = NetBuilder("gnd")
     x = b.create_input("float32", (2,) * depth, "x")
     i = b.create_input("int64", (tuples, depth), "i")
     b.gather_nd(x, i)
     return b.build()
+
+
+def test_a_check_of_a_symbolic_count_of_tuples_fuses_into_the_gather_too():
+    """The tuple count "M" is known only per call: the check's grid (M) and the gather's compare
+    as the same expression, so they share one launch, and every call size reports the smallest
+    bad position as the CPU does."""
+    program = gather_nd_program(3, tuples="M")
+    (kernel,) = gpu_kernels(program)
+    (launch,) = top_level(kernel.body)
+    assert [(l.kind, l.extent.value) for l in walk_stmt(grid_chain(launch)[1]) if isinstance(l, For)] == [("serial", 3)]
+    x = np.arange(8, dtype=np.float32).reshape(2, 2, 2)
+    cpu, emu = cl.compile(program, target="cpu"), cl.compile(program, target="cuda-emu")
+    for m in (3, 5, 33):  # the two bad tuples differ: m // 2 < m - 1
+        index = np.random.default_rng(m).integers(-2, 2, (m, 3))
+        assert np.array_equal(np.asarray(emu(x=x, i=index)), x[tuple(index.T)])
+        index[m // 2, 2], index[m - 1, 0] = 2, -3
+        messages = []
+        for exe in (cpu, emu):
+            with pytest.raises(cl.IndexOutOfRangeError) as err:
+                exe(x=x, i=index)
+            messages.append(str(err.value))
+        assert messages[0] == messages[1] and f"position ({m // 2}, 2)" in messages[0]
 
 
 @pytest.mark.parametrize("depth", [2, CHECK_SERIAL_ITEMS, CHECK_SERIAL_ITEMS + 1])

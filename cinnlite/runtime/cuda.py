@@ -519,11 +519,6 @@ class CUDAExecutable(CUDABaseExecutable):
             raise
         return bufs
 
-    @property
-    def _error_bytes(self) -> int:
-        rows, slots = self._error_shape
-        return rows * slots * 8
-
     def _reset_errors(self, bufs: _CallBuffers):
         """The call's error buffer made fresh, copied on the device from the one set up at load:
         an upload from host memory may wait for the stream, and costs more than the copy."""

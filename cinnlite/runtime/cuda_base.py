@@ -191,6 +191,11 @@ class CUDABaseExecutable(Executable):
         """The error buffer's int64 slots: a ``PER_CHECK`` record per check (one at least)."""
         return max(1, self.module.num_checks), PER_CHECK.size
 
+    @property
+    def _error_bytes(self) -> int:
+        """The error buffer's size in bytes, as the device allocates and copies it."""
+        return self._error_shape[0] * PER_CHECK.nbytes
+
     def _new_error_buffer(self) -> np.ndarray:
         """A ``PER_CHECK`` record per check: no bad position yet, no value, the lock free."""
         errors = np.zeros(self._error_shape, np.int64)
