@@ -395,7 +395,7 @@ def workload_row(plat: Platform, args, wid: str) -> dict:
 def gpu_matrix_cells(large: int) -> list:
     """The cells in the order they run: each operator's base (float32, int64 indices, first axis
     or index rows) small and large; the other axes; the data and index dtypes; the modes and
-    the reductions."""
+    the reductions; odd extents (no power of two, no multiple of a vector's lanes)."""
     S, L = SMALL, large
     base = [Cell(op, axis, elements=n, reduce=reduce)
             for op, axis, reduce in (("take", "first", "-"), ("gather", "first", "-"), ("gather_nd", "slices", "-"),
@@ -418,7 +418,10 @@ def gpu_matrix_cells(large: int) -> list:
              + [Cell("scatter", "first", elements=L, reduce=r) for r in ("none", "max", "min", "mul", "mean")]
              + [Cell("scatter", "last", elements=L, reduce="none")]
              + [Cell("scatter_nd", "slices", elements=L, reduce=r) for r in ("none", "max", "min")])
-    return base + axes + dtypes + modes
+    odd = [Cell(op, axis, elements=L, reduce=reduce, extents="odd")
+           for op, axis, reduce in (("take", "first", "-"), ("take", "middle", "-"), ("gather", "middle", "-"),
+                                    ("gather", "last", "-"), ("scatter", "first", "add"))]
+    return base + axes + dtypes + modes + odd
 
 
 class QuantisedRandom:

@@ -2,10 +2,13 @@
 
 A cell is one operator on one kind of work: which axis it indexes (first, middle, last, or the
 flattened array), the data dtype, the index dtype, the number of elements it produces (gathers)
-or combines (scatters), the index mode and the reduction. ``matrix_cells`` walks the matrix as a
-covering design: every factor is varied against a common base (float32 data, int64 indices,
-a million elements, valid indices), and the sizes are swept from 64 elements to about 100 MB
-of output for every operator, since a full cartesian product would take hours on two cores.
+or combines (scatters), the index mode, the reduction, and the shape's extents: powers of two,
+or ``odd`` (the indexed axis about three quarters of that plus one, rows of 61 or 7 elements,
+inner slices of 13: no extent a power of two, none a multiple of a vector's lanes).
+``matrix_cells`` walks the matrix as a covering design: every factor is varied against a common
+base (float32 data, int64 indices, a million elements, valid indices, power-of-two extents), and
+the sizes are swept from 64 elements to about 100 MB of output for every operator, since a full
+cartesian product would take hours on two cores.
 
 ``build_case`` turns a cell into arrays, a numpy reference and the implementations: cinnlite's
 compiled program and every peer that has the operation (numpy, PyTorch, Apache TVM with a
@@ -39,6 +42,7 @@ class Cell:
     elements: int = BASE_ELEMENTS
     mode: str = "raise"
     reduce: str = "-"
+    extents: str = "pow2"  # pow2 | odd (see the module's docstring)
 
     @property
     def label(self) -> str:
@@ -47,6 +51,8 @@ class Cell:
             parts.append(self.mode)
         if self.reduce != "-":
             parts.append(self.reduce)
+        if self.extents != "pow2":
+            parts.append(self.extents)
         return " ".join(parts)
 
 
@@ -81,7 +87,20 @@ def matrix_cells(quick: bool = False) -> list[Cell]:
         add(*(Cell(op, axes[0], dtype, reduce="add") for dtype in DTYPES))
         add(Cell(op, axes[0], index_dtype="int32", reduce="add"))
         add(*(Cell(op, axes[0], elements=s, reduce="add") for s in sizes))
+    add(*_odd_cells())
     return cells
+
+
+def _odd_cells() -> list[Cell]:
+    """The base cell of every operator and axis with odd extents, and the modes that resolve
+    an index against the axis's size (``clip``, ``wrap``) on an odd axis."""
+    gathers = [Cell(op, axis, extents="odd") for op, axes in (
+        ("take", ("first", "middle", "last", "flat")), ("gather", ("first", "middle", "last")),
+        ("gather_nd", ("slices", "elements", "batch"))) for axis in axes]
+    scatters = [Cell(op, axis, reduce="add", extents="odd")
+                for op, axes in (("scatter", ("first", "last")), ("scatter_nd", ("slices",))) for axis in axes]
+    modes = [Cell("take", "first", mode=mode, extents="odd") for mode in ("clip", "wrap")]
+    return gathers + scatters + modes
 
 
 # -- shapes and data ----------------------------------------------------------------------------
@@ -91,43 +110,45 @@ def _layout(cell: Cell):
     """(x shape, index shape, indexed axis, indexed extent) for a cell. The indexed extent is
     about half the index count for gathers (rows are read about twice) and an eighth of it for
     scatters that reduce (``DUPLICATES`` updates per target), the whole count for ``none``."""
-    n_out = cell.elements
-    wide = 64 if n_out >= 1 << 12 else 8
+    n_out, odd = cell.elements, cell.extents == "odd"
+    wide = (61 if odd else 64) if n_out >= 1 << 12 else (7 if odd else 8)
+    outer, inner = (7, 13) if odd else (8, 16)
     if cell.op in ("scatter", "scatter_nd"):
         shrink = 1 if cell.reduce == "none" else DUPLICATES
     else:
         shrink = 2
+
+    def indexed(n):  # the indexed extent: n, or an odd one near it
+        return n - n // 4 + 1 if odd and n >= 4 else n
     if cell.axis in ("first", "slices"):
         m = max(1, n_out // wide)
-        n = max(1, m // shrink)
+        n = indexed(max(1, m // shrink))
         if cell.op == "take":
             return (n, wide), (m,), 0, n
         if cell.op in ("gather", "scatter"):
             return (n, wide), (m, wide), 0, n
         return (n, wide), (m, 1), 0, n  # gather_nd / scatter_nd slices
     if cell.axis == "middle":
-        outer, inner = 8, 16
         m = max(1, n_out // (outer * inner))
-        n = max(1, m // shrink)
+        n = indexed(max(1, m // shrink))
         if cell.op == "take":
             return (outer, n, inner), (m,), 1, n
         return (outer, n, inner), (outer, m, inner), 1, n
     if cell.axis == "last":
         m = max(1, n_out // wide)
-        n = max(1, m // shrink)
+        n = indexed(max(1, m // shrink))
         if cell.op == "take":
             return (wide, n), (m,), 1, n
         return (wide, n), (wide, m), 1, n
     if cell.axis == "flat":
-        n = max(1, n_out // shrink)
+        n = indexed(max(1, n_out // shrink))
         return (n,), (n_out,), None, n
     if cell.axis == "elements":
-        n = max(1, n_out // 64)
-        return (n, 64), (n_out, 2), None, n
+        n = indexed(max(1, n_out // 64))
+        return (n, 61 if odd else 64), (n_out, 2), None, n
     if cell.axis == "batch":
-        outer, inner = 8, 16
         m = max(1, n_out // (outer * inner))
-        n = max(1, m // shrink)
+        n = indexed(max(1, m // shrink))
         return (outer, n, inner), (outer, m, 1), 1, n
     raise ValueError(cell.axis)
 

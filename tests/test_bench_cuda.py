@@ -133,6 +133,7 @@ def test_the_cells_cover_the_matrix_and_stay_few(bench_cuda):
     assert {c.axis for c in cells if c.op in ("take", "gather")} == {"first", "middle", "last"}
     assert {c.reduce for c in cells if c.op == "scatter"} == {"none", "add", "max", "min", "mul", "mean"}
     assert {c.mode for c in cells} == {"raise", "clip", "wrap"}
+    assert {c.extents for c in cells} == {"pow2", "odd"}
     # Each operator's base comes first, so that a budget drops variations, not operators.
     assert {c.op for c in cells[:10]} == {c.op for c in cells}
 
@@ -230,7 +231,7 @@ def test_the_gpu_path_times_with_the_runtime_and_events(bench_cuda, monkeypatch,
     assert status == 0, out
     assert result["device"] == "a fake GPU"
     rows = result["workloads"] + result["matrix"]
-    assert len(result["workloads"]) == 3 and len(result["matrix"]) == 10
+    assert len(result["workloads"]) == 3 and len(result["matrix"]) == 12  # two of them odd extents
     inner = bench_cuda.INNER[True]
     assert calls and all(c["repeat"] == inner and c["warmup"] == 1 for c in calls)
     assert len(calls) == 3 * len(rows)  # a turn a round, the round of warm-up included
@@ -250,7 +251,7 @@ def test_a_broken_cuda_context_stops_the_run(bench_cuda, monkeypatch, tmp_path, 
     assert status == 1
     assert [r["label"] for r in result["matrix"]] == ["take first float32 i64 16k", "gather first float32 i64 16k"]
     assert "ILLEGAL_ADDRESS" in result["matrix"][1]["errors"]["cinnlite"]
-    assert len(result["skipped"]) == 8 and "stopped early: the CUDA context broke" in out
+    assert len(result["skipped"]) == 10 and "stopped early: the CUDA context broke" in out
 
 
 def test_the_quick_look_at_w4_to_w6_keeps_the_tolerance_of_correctness_check(bench_cuda):
