@@ -430,3 +430,29 @@ def test_offsets_that_read_data_are_32_bit_below_2_31_elements():
     expected = xs.copy()
     np.add.at(expected, (i.astype(np.int64) % 300, np.arange(64)[None, :].repeat(40, 0)), us)
     np.testing.assert_allclose(scattered, expected, rtol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64", "int8", "complex64", "bool"])
+def test_short_rows_copy_as_one_memcpy(dtype):
+    """A take of rows up to 256 bytes long copies each row with one ``llvm.memcpy`` along the
+    first and a middle axis, whatever the row's length; longer rows and booleans keep their
+    loop. Results, with negative and bad indices under every mode, equal numpy's."""
+    rng = np.random.default_rng(3)
+    for width in (2, 3, 7, 13, 61, 64, 65, 300):
+        for axis, shape in ((0, (9, width)), (1, (3, 9, width))):
+            b = cl.NetBuilder("row_copy")
+            x = b.create_input(dtype, shape, "x")
+            i = b.create_input("int64", (11,), "i")
+            b_outs = [b.take(x, i, axis=axis, mode=mode) for mode in ("raise", "clip", "wrap")]
+            exe = cl.compile(b.build(b_outs), cache=False, threads=1)
+            copies = width * np.dtype(dtype).itemsize <= 256 and dtype != "bool"
+            assert ("llvm.memcpy" in exe.source("llvm")) == copies, (width, axis)
+            xs = (rng.random(shape) * 100 - 50).astype(dtype)
+            good = rng.integers(-9, 9, 11)
+            good[:2] = [-9, 8]
+            for got, mode in zip(exe(x=xs, i=good), ("raise", "clip", "wrap")):
+                np.testing.assert_array_equal(got, np.take(xs, good, axis=axis, mode=mode if mode != "raise" else "wrap"))
+            wild = rng.integers(-30, 30, 11)
+            with pytest.raises(cl.IndexOutOfRangeError):
+                exe(x=xs, i=wild if np.any((wild < -9) | (wild >= 9)) else wild + 40)
+
