@@ -456,3 +456,53 @@ def test_short_rows_copy_as_one_memcpy(dtype):
             with pytest.raises(cl.IndexOutOfRangeError):
                 exe(x=xs, i=wild if np.any((wild < -9) | (wild >= 9)) else wild + 40)
 
+
+def _gather_loop_extents(exe) -> list:
+    """The extents of the loops of the first stage (the gather; a deferred check follows)."""
+    lines = exe.source("lowered").splitlines()
+    gather = lines[:next((k for k, line in enumerate(lines) if "deferred_check" in line), len(lines))]
+    return [int(n) for line in gather for n in re.findall(r"for \S+ in 0\.\.(\d+) \{", line)]
+
+
+def _middle_gather(rows, inner, index_dtype, mode="raise"):
+    b = cl.NetBuilder("middle_gather")
+    x = b.create_input("float32", (5, rows, inner), "x")
+    i = b.create_input(index_dtype, (5, 17, inner), "i")
+    return b.build([b.gather(x, i, axis=1, mode=mode)])
+
+
+@pytest.mark.parametrize("inner", [2, 13, 16, 63])
+@pytest.mark.parametrize("index_dtype", ["int64", "int32", "uint8"])
+def test_short_element_loops_run_as_one_loop(inner, index_dtype):
+    """A gather along a middle axis whose inner extent is short runs its two inner loops as one
+    loop over their product (``collapse_short_loops``), through every index dtype; results
+    equal numpy's with the first, last and negative indices, and a bad index is reported at its
+    own position, as with the loops apart."""
+    exe = cl.compile(_middle_gather(7, inner, index_dtype), cache=False, threads=1)
+    assert _gather_loop_extents(exe) in ([5, 17 * inner], [5 * 17 * inner])
+    rng = np.random.default_rng(inner)
+    xs = rng.random((5, 7, inner)).astype(np.float32)
+    low = 0 if index_dtype == "uint8" else -7
+    i = rng.integers(low, 7, (5, 17, inner)).astype(index_dtype)
+    i[0, 0, 0], i[4, 16, inner - 1] = low, 6
+    np.testing.assert_array_equal(exe(x=xs, i=i), np.take_along_axis(xs, i.astype(np.int64) % 7, axis=1))
+    i[3, 9, inner // 2] = 7
+    with pytest.raises(cl.IndexOutOfRangeError, match=re.escape(f"position (3, 9, {inner // 2})")):
+        exe(x=xs, i=i)
+
+
+@pytest.mark.parametrize("mode", ["clip", "wrap", "fill"])
+def test_collapsed_loops_resolve_every_mode(mode):
+    """Out-of-range values through a collapsed loop, under each mode, as numpy resolves them
+    (``fill``: zeros where the value addresses nothing)."""
+    exe = cl.compile(_middle_gather(7, 13, "int64", mode), cache=False, threads=1)
+    assert _gather_loop_extents(exe) == [5, 221]
+    rng = np.random.default_rng(5)
+    xs = rng.random((5, 7, 13)).astype(np.float32)
+    i = rng.integers(-20, 20, (5, 17, 13))
+    if mode == "fill":
+        valid = (i >= -7) & (i < 7)
+        expected = np.where(valid, np.take_along_axis(xs, np.where(valid, i % 7, 0), axis=1), 0)
+    else:
+        expected = np.take_along_axis(xs, np.clip(i, 0, 6) if mode == "clip" else i % 7, axis=1)
+    np.testing.assert_array_equal(exe(x=xs, i=i), expected)
