@@ -62,26 +62,28 @@ def _align(dtype: DType):
     return dtype.bits // 16 if dtype.is_complex else None
 
 
-#: The longest row (bytes) ``_row_copy`` hands to ``llvm.memcpy``: LLVM expands copies up to
-#: eight of the target's widest moves inline (256 bytes with AVX; without AVX it calls memcpy
-#: for the longer ones); a longer row keeps its loop, which the vectoriser runs in full vectors
-#: with a short remainder.
+#: The longest row (bytes) of a constant count that ``_row_copy`` hands to ``llvm.memcpy``:
+#: LLVM expands copies up to eight of the target's widest moves inline (256 bytes with AVX;
+#: without AVX it calls memcpy for the longer ones); a longer row keeps its loop, which the
+#: vectoriser runs in full vectors with a short remainder.
 ROW_COPY_BYTES = 256
 
 
 def _row_copy(s: For) -> bool:
-    """Whether ``s`` copies one contiguous row: a serial loop of a constant count (2 or more) whose body is
-    ``out[..., v] = x[..., v]`` (the same dtype, no conversion), ``v`` its variable and nowhere
-    else in either access, the row at most ``ROW_COPY_BYTES`` long. Booleans keep their loop,
-    which stores every true byte as 1."""
+    """Whether ``s`` copies one contiguous row: a serial loop whose body is ``out[..., v] =
+    x[..., v]`` (the same dtype, no conversion), ``v`` its variable and nowhere else in either
+    access; of a constant count, 2 or more and at most ``ROW_COPY_BYTES`` long, or of a
+    symbolic one (a shape-generic build: LLVM calls the C library's memcpy with the row's size,
+    where the vectoriser left a row shorter than its vector body, 32 float32 on AVX2, scalar). Booleans
+    keep their loop, which stores every true byte as 1."""
     body = s.body
-    if not (s.kind == "serial" and isinstance(s.extent, Const) and s.extent.value >= 2
-            and isinstance(body, Store) and isinstance(body.value, Load)):
+    if not (s.kind == "serial" and isinstance(body, Store) and isinstance(body.value, Load)):
         return False
     store, load = body, body.value
     if store.buffer.dtype != load.buffer.dtype or store.buffer.dtype.is_bool:
         return False
-    if s.extent.value * store.buffer.dtype.itemsize > ROW_COPY_BYTES:
+    count = s.extent.value if isinstance(s.extent, Const) else None
+    if count is not None and not (count >= 2 and count * store.buffer.dtype.itemsize <= ROW_COPY_BYTES):
         return False
     return all(idx and idx[-1] == s.var and not any(s.var in expr_vars(i) for i in idx[:-1])
                for idx in (store.indices, load.indices))
@@ -579,11 +581,15 @@ class _KernelEmitter:
         store, load = s.body, s.body.value
         dst = self._row_start(store.buffer, store.indices)
         src = self._row_start(load.buffer, load.indices)
-        nbytes = s.extent.value * store.buffer.dtype.itemsize
+        itemsize = store.buffer.dtype.itemsize
+        if isinstance(s.extent, Const):
+            nbytes = ir.Constant(I64, s.extent.value * itemsize)
+        else:
+            nbytes = self.b.mul(self.expr(s.extent), ir.Constant(I64, itemsize), flags=["nsw", "nuw"])
         module = self.fn.module
         fn = module.globals.get("llvm.memcpy.p0.p0.i64") or ir.Function(
             module, ir.FunctionType(ir.VoidType(), [PTR, PTR, I64, ir.IntType(1)]), "llvm.memcpy.p0.p0.i64")
-        self.b.call(fn, [dst, src, ir.Constant(I64, nbytes), ir.Constant(ir.IntType(1), 0)])
+        self.b.call(fn, [dst, src, nbytes, ir.Constant(ir.IntType(1), 0)])
 
     def _row_start(self, buf: Buffer, indices):
         return self.address(buf, tuple(indices[:-1]) + (Const(0),))
