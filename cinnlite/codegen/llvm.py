@@ -73,9 +73,9 @@ def _row_copy(s: For) -> bool:
     """Whether ``s`` copies one contiguous row: a serial loop whose body is ``out[..., v] =
     x[..., v]`` (the same dtype, no conversion), ``v`` its variable and nowhere else in either
     access; of a constant count, 2 or more and at most ``ROW_COPY_BYTES`` long, or of a
-    symbolic one (a shape-generic build: LLVM calls the C library's memcpy with the row's size,
-    where the vectoriser left a row shorter than its vector body, 32 float32 on AVX2, scalar). Booleans
-    keep their loop, which stores every true byte as 1."""
+    symbolic one (a shape-generic build, where the vectoriser left any row shorter than its
+    vector body, 32 float32 on AVX2, scalar). Booleans keep their loop, which stores every true
+    byte as 1."""
     body = s.body
     if not (s.kind == "serial" and isinstance(body, Store) and isinstance(body.value, Load)):
         return False
@@ -573,7 +573,8 @@ class _KernelEmitter:
 
     def copy_row(self, s: For):
         """A ``_row_copy`` loop as one ``llvm.memcpy`` of its bytes, which LLVM expands inline
-        into the widest moves that cover the row (an odd count ends with an overlapping one).
+        into the widest moves that cover the row for a constant count (an odd count ends with
+        an overlapping one), and makes a call of the C library's memcpy for a symbolic one.
 
         Why: the vectoriser leaves a short loop of a count that is not a multiple of its lanes
         scalar, an element per iteration: rows of 13 float32 took 6 instructions per element
