@@ -89,6 +89,12 @@ def _row_copy(s: For) -> bool:
                for idx in (store.indices, load.indices))
 
 
+def declared(module: ir.Module, name: str, returns, arguments: list) -> ir.Function:
+    """The module's function ``name`` (an intrinsic, a C library function, the runtime's pool):
+    declared with this signature on first use, the same declaration after."""
+    return module.globals.get(name) or ir.Function(module, ir.FunctionType(returns, arguments), name)
+
+
 def memory_type(dtype: DType):
     """The LLVM type of an element of ``dtype`` in memory (bool is one byte, like numpy;
     bfloat16 and float16 their 16 bits). float16 is loaded and stored as an i16 and bit-cast to
@@ -426,16 +432,13 @@ class _KernelEmitter:
         """exp, log, sqrt as LLVM intrinsics; tanh as libm's ``tanhf``/``tanh``, which the JIT
         finds in the process."""
         if fn == "tanh":
-            module = self.fn.module
             name = "tanhf" if v.type == ir.FloatType() else "tanh"
-            callee = module.globals.get(name) or ir.Function(module, ir.FunctionType(v.type, [v.type]), name)
-            return self.b.call(callee, [v])
+            return self.b.call(declared(self.fn.module, name, v.type, [v.type]), [v])
         return self.b.call(self.intrinsic(f"llvm.{fn}", v.type), [v])
 
     def intrinsic(self, name, t):
-        module = self.fn.module
         full = f"{name}.{'f32' if t == ir.FloatType() else 'f64'}"
-        return module.globals.get(full) or ir.Function(module, ir.FunctionType(t, [t]), full)
+        return declared(self.fn.module, full, t, [t])
 
     def cast(self, v, src: DType, dst: DType):
         b = self.b
@@ -466,9 +469,7 @@ class _KernelEmitter:
             if src.bits == 16:
                 v = b.fpext(v, ir.FloatType())
             name = f"llvm.fpto{'s' if dst.is_signed else 'u'}i.sat.i{dst.bits}.{'f32' if v.type == ir.FloatType() else 'f64'}"
-            module = self.fn.module
-            fn = module.globals.get(name) or ir.Function(module, ir.FunctionType(t, [v.type]), name)
-            return b.call(fn, [v])
+            return b.call(declared(self.fn.module, name, t, [v.type]), [v])
         if dst.is_float:
             return b.sitofp(v, t) if src.is_signed else b.uitofp(v, t)
         if dst.bits > src.bits:
@@ -587,10 +588,8 @@ class _KernelEmitter:
             nbytes = ir.Constant(I64, s.extent.value * itemsize)
         else:
             nbytes = self.b.mul(self.expr(s.extent), ir.Constant(I64, itemsize), flags=["nsw", "nuw"])
-        module = self.fn.module
-        fn = module.globals.get("llvm.memcpy.p0.p0.i64") or ir.Function(
-            module, ir.FunctionType(ir.VoidType(), [PTR, PTR, I64, ir.IntType(1)]), "llvm.memcpy.p0.p0.i64")
-        self.b.call(fn, [dst, src, nbytes, ir.Constant(ir.IntType(1), 0)])
+        memcpy = declared(self.fn.module, "llvm.memcpy.p0.p0.i64", ir.VoidType(), [PTR, PTR, I64, ir.IntType(1)])
+        self.b.call(memcpy, [dst, src, nbytes, ir.Constant(ir.IntType(1), 0)])
 
     def _row_start(self, buf: Buffer, indices):
         return self.address(buf, tuple(indices[:-1]) + (Const(0),))
@@ -633,9 +632,7 @@ class _KernelEmitter:
 
     def prefetch(self, s: Prefetch):
         """``llvm.prefetch`` of the element's cache line: for reading, kept in every cache level."""
-        module = self.fn.module
-        fn = module.globals.get("llvm.prefetch.p0") or ir.Function(
-            module, ir.FunctionType(ir.VoidType(), [PTR, I32, I32, I32]), "llvm.prefetch.p0")
+        fn = declared(self.fn.module, "llvm.prefetch.p0", ir.VoidType(), [PTR, I32, I32, I32])
         address = self.address(s.buffer, s.indices)
         self.b.call(fn, [address, ir.Constant(I32, 0), ir.Constant(I32, 3), ir.Constant(I32, 1)])
 
@@ -843,8 +840,7 @@ class LLVMRenderer(Renderer):
         split = b.and_(b.icmp_signed(">", threads, ir.Constant(I64, 1)),
                        b.and_(b.icmp_signed(">=", work, ir.Constant(I64, PARALLEL_MIN_WORK)),
                               b.icmp_signed(">=", extent, ir.Constant(I64, 2))))
-        parallel = module.globals.get(PARALLEL_FUNCTION) or ir.Function(
-            module, ir.FunctionType(I32, [PTR, PTR, I64, I64, I64, I64, PTR, PTR]), PARALLEL_FUNCTION)
+        parallel = declared(module, PARALLEL_FUNCTION, I32, [PTR, PTR, I64, I64, I64, I64, PTR, PTR])
         walks_all = ir.Constant(I64, int(info.kind == "parallel_rows"))
         rate = _stage_rate_slot(module, info.symbol)
         with b.if_else(split) as (then, otherwise):

@@ -985,8 +985,8 @@ def defer_index_checks(kernel: Kernel) -> Kernel:
 
 # -- collapse_short_loops -----------------------------------------------------------------------
 
-#: An innermost loop shorter than this many iterations that gathers element by element runs
-#: as one loop with the loop around it (``collapse_short_loops``).
+#: An innermost loop shorter than this many iterations whose elements stand alone (a gather's,
+#: an elementwise operator's) runs as one loop with the loop around it (``collapse_short_loops``).
 SHORT_LOOP = 64
 
 
