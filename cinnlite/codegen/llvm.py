@@ -30,7 +30,7 @@ from ..ir.transform import buffers_of, data_loads, expr_vars, kernel_stages, map
 from .error_record import FIRST_FAILURE
 from .llvm_call import add_call_entry, renders_call_entry
 from .llvm_sizes import size_renderable, size_value
-from .llvm_support import add_half_support, bf16_bits, bf16_value
+from .llvm_support import add_half_support, bf16_bits, bf16_upper_half, bf16_value
 from .names import comment_text, safe_name
 from .renderer import RenderedModule, Renderer
 
@@ -299,7 +299,7 @@ class _KernelEmitter:
         if buf.dtype.is_bool:
             value = self.b.zext(value, I8)
         elif buf.dtype.is_bfloat16:
-            value = bf16_bits(self.b, value)  # exact: the value is a bfloat16 already
+            value = bf16_upper_half(self.b, value)
         elif buf.dtype == float16:
             value = self.b.bitcast(value, I16)
         self._scoped(buf, self.b.store(value, self.address(buf, indices), align=_align(buf.dtype)))

@@ -94,6 +94,16 @@ def bf16_value(b: ir.IRBuilder, bits):
     return b.bitcast(b.shl(b.zext(bits, I32), ir.Constant(I32, 16)), FLOAT)
 
 
+def bf16_upper_half(b: ir.IRBuilder, value):
+    """The bfloat16 bits (an i16) of a float32 ``value`` that holds a bfloat16 value exactly:
+    its upper half. Every bfloat16 value in registers is exact (``round_bf16`` rounds what
+    arithmetic and conversions make), so a store needs no rounding; and a moved element keeps
+    its bits, a signalling NaN's payload too, where ``bf16_bits`` would make it quiet (a gather
+    or ``where`` changed such elements before). A loaded element's bits come back unchanged,
+    which lets LLVM move bfloat16 data as 16-bit integers."""
+    return b.trunc(b.lshr(b.bitcast(value, I32), ir.Constant(I32, 16)), I16)
+
+
 def bf16_bits(b: ir.IRBuilder, value):
     """float32 ``value`` rounded to bfloat16 bits (an i16): to nearest, ties to even (overflow
     gives infinity); a NaN stays a NaN, made quiet, with its sign (as ``ml_dtypes``)."""
