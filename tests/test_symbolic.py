@@ -306,6 +306,93 @@ def test_power_of_two_indexed_axes_run_their_static_specialisation():
     assert served == {8: True, 7: False, 16: True, 1: True}
 
 
+def _short_row_gather():
+    """A gather along a middle axis of short inner rows: its static code merges the two inner
+    loops and the generic code cannot (their counts are symbols)."""
+    b = cl.NetBuilder("hot")
+    x = b.create_input(cl.Float(32), ("A", "N", "C"), "x")
+    i = b.create_input(cl.Int(64), ("A", "M", "C"), "i")
+    return b.build([b.gather(x, i, axis=1)])
+
+
+def _short_row_case(shape, seed):
+    rng = _rng(seed)
+    a, n, m, c = shape
+    x = rng.standard_normal((a, n, c)).astype(np.float32)
+    i = rng.integers(-n, n, (a, m, c))
+    return x, i, np.take_along_axis(x, np.where(i < 0, i + n, i), axis=1)
+
+
+def test_hot_sizes_run_their_static_specialisation(monkeypatch, cache_dir):
+    """Once the calls of one set of sizes have moved CINNLITE_HOT_SIZE_BYTES on the generic code, those
+    sizes run their static build (on the CPU, whose static code is faster): results and errors
+    stay the static program's, on the fast path, with out= and on the general path; sizes called
+    less keep the generic code."""
+    from cinnlite.runtime.executable import Executable
+    monkeypatch.setenv("CINNLITE_HOT_SIZE_BYTES", "200000")
+    exe = cl.compile(_short_row_gather())
+    x, i, want = _short_row_case((3, 50, 70, 13), 1)
+    moved = x.nbytes + i.nbytes + want.nbytes
+    calls = [lambda: exe(x=x, i=i), lambda: exe(x=x, i=i, out=np.empty_like(want)),
+             lambda: Executable.__call__(exe, x=x, i=i)]
+    for k in range(-(-200_000 // moved) + 3):
+        np.testing.assert_array_equal(calls[k % 3](), want)
+        plan = exe._shapes.by_shapes[(x.shape, i.shape)]
+        assert (plan.specialised is not None) == ((k + 1) * moved >= 200_000), k
+    assert not plan.specialised.symbolic
+    assert "for i1_i2" in plan.specialised.source("lowered")  # its inner loops merged
+    bad = i.copy()
+    bad[2, 5, 7] = 50
+    with pytest.raises(IndexOutOfRangeError, match=r"index 50 at position \(2, 5, 7\) of input 'i'"):
+        exe(x=x, i=bad)
+    x2, i2, want2 = _short_row_case((2, 30, 40, 11), 2)
+    np.testing.assert_array_equal(exe(x=x2, i=i2), want2)
+    assert exe._shapes.by_shapes[(x2.shape, i2.shape)].specialised is None
+
+
+def test_sizes_never_turn_hot_with_hot_size_bytes_0(monkeypatch, cache_dir):
+    monkeypatch.setenv("CINNLITE_HOT_SIZE_BYTES", "0")
+    exe = cl.compile(_short_row_gather())
+    x, i, want = _short_row_case((2, 9, 5, 3), 5)
+    for _ in range(3):
+        np.testing.assert_array_equal(exe(x=x, i=i), want)
+    assert exe._shapes.by_shapes[(x.shape, i.shape)].specialised is None
+
+
+def test_a_hot_size_compiles_once_whatever_threads_call_it(monkeypatch, cache_dir):
+    import threading
+
+    x, i, want = _short_row_case((2, 20, 30, 7), 3)
+    monkeypatch.setenv("CINNLITE_HOT_SIZE_BYTES", str(3 * (x.nbytes + i.nbytes + want.nbytes)))
+    exe = cl.compile(_short_row_gather())
+    compiled = []
+    compile_static = exe._shapes.compile_static
+    exe._shapes.compile_static = lambda *a, **k: compiled.append(1) or compile_static(*a, **k)
+    exe(x=x, i=i)  # the sizes get their plan; the third call makes them hot
+    assert not compiled
+    failures = []
+
+    def caller():
+        for _ in range(20):
+            if not np.array_equal(exe(x=x, i=i), want):
+                failures.append("wrong result")
+    threads = [threading.Thread(target=caller) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures and len(compiled) == 1
+
+
+def test_hot_sizes_stay_generic_where_the_backend_does_not_specialise(monkeypatch, cache_dir):
+    monkeypatch.setenv("CINNLITE_HOT_SIZE_BYTES", "1")
+    exe = cl.compile(_short_row_gather(), target="cuda-emu")
+    x, i, want = _short_row_case((2, 9, 5, 3), 4)
+    for _ in range(3):
+        np.testing.assert_array_equal(exe(x=x, i=i), want)
+    assert exe._shapes.by_shapes[(x.shape, i.shape)].specialised is None
+
+
 def test_a_generic_version_serves_only_the_sizes_it_left_symbolic(cache_dir):
     """Two sizes of a structure that differ in one input make only that size a symbol; a third
     size that differs in another input compiles its own program rather than reusing it."""

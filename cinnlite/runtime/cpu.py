@@ -383,6 +383,7 @@ class CPUExecutable(Executable):
 
     target = "cpu"
     specialises_power_of_two = True  # a mask vectorises where a clamp does not
+    specialises_hot_sizes = True  # constant trip counts: merged short loops, inline row copies
 
     def __init__(self, program, lowered: LoweredProgram, lowered_text: str, built: CPUBuild, pass_dumps=(),
                  threads=None):
@@ -454,6 +455,8 @@ class CPUExecutable(Executable):
                 call = GENERAL
             else:
                 call = plan.fast if plan.fast is not None else self._fast_plan(plan)
+                if call.runs and plan.hot_left > 0 and self._shapes.ran(plan):
+                    call = self._fast_plan(plan)  # these sizes just turned hot: their static build
             if call.specialised is not None:  # the static executable of these sizes serves them
                 return call.specialised(out, **inputs)
             if out is not None:

@@ -175,6 +175,9 @@ class Executable:
     #: Whether calls of a symbolic program with a power-of-two indexed axis run a static
     #: specialisation (see ``ShapePlans``): where the backend's static code is faster there.
     specialises_power_of_two = False
+    #: Whether sizes whose calls have moved ``shapes.hot_size_bytes()`` on the shape-generic code
+    #: run a static specialisation from then on: where the backend's static code is faster.
+    specialises_hot_sizes = False
     _store_entry = None  # writes this executable's cache entry, once compile() gives it one
 
     def __init__(self, program, lowered: LoweredProgram, sources: dict, lazy_sources: dict | None = None):
@@ -200,7 +203,8 @@ class Executable:
         self._pool = BufferPool()
         self._output_names = {b.name for b in lowered.outputs}
         self._checks = {c.check_id: c for c in lowered.checks}
-        self._shapes = ShapePlans(program, lowered, self._alloc, self.specialises_power_of_two)
+        self._shapes = ShapePlans(program, lowered, self._alloc, self.specialises_power_of_two,
+                                  self.specialises_hot_sizes)
         self.symbolic = not program.is_static
 
     # -- stages ----------------------------------------------------------------------------------
@@ -400,6 +404,8 @@ class Executable:
         which is this code, or the static specialisation of exactly those sizes. ``outputs``
         are the caller's ``out=`` arrays, by output name."""
         plan = plan or self._shapes.plan_for(arrays, self)
+        if plan.hot_left > 0:
+            self._shapes.ran(plan)
         if plan.specialised is not None:
             return plan.specialised._dispatch(arrays, outputs)
         return self._run(arrays, plan, outputs)

@@ -7,21 +7,48 @@ generic code does not serve (an empty symbolic dimension, or a broken assumption
 static program of exactly its sizes instead, built (errors included) and compiled as if the user
 had written it, once per distinct set of sizes. Plans are cached per tuple of input shapes, so
 a repeated shape costs one dictionary lookup.
+
+Where a backend's static code is faster than its generic code (the CPU's: constant trip counts
+let short loops merge and short rows copy inline, a constant divisor becomes a multiplication),
+sizes that turn out to be hot get it too: once the calls of one set of sizes have moved
+``hot_size_bytes()`` (their input and output bytes, summed), those sizes run the static program
+of them from then on, compiled once (``ShapePlans.ran``).
 """
 from __future__ import annotations
 
 import operator
+import os
 import threading
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import InputError
+from ..errors import CinnliteError, InputError
 from ..ir.loopnest import Binary, Const, Load
 from ..ir.symbolic import SYMBOL_BUFFER_PREFIX, Dim, holds
 
 #: Shape signatures remembered per executable; past it the oldest is forgotten.
 MAX_PLANS = 256
+
+#: The bytes the calls of one set of sizes move on shape-generic code before those sizes get a
+#: static build, where the backend specialises hot sizes: about what the CPU moves in the time a
+#: compile takes (0.1 s), so sizes called rarely never pay for a compile and sizes called often
+#: pay for it once, at the cost of at most about one compile's worth of slower calls.
+HOT_SIZE_BYTES = 1 << 29
+
+
+def hot_size_bytes() -> int:
+    """``CINNLITE_HOT_SIZE_BYTES`` where it is a number of bytes (0: sizes never turn hot, every
+    call of a symbolic program runs its generic code), else ``HOT_SIZE_BYTES``."""
+    env = os.environ.get("CINNLITE_HOT_SIZE_BYTES", "").strip()
+    if not env:
+        return HOT_SIZE_BYTES
+    if not env.isdigit():
+        warnings.warn(f"CINNLITE_HOT_SIZE_BYTES={env!r} is not a number of bytes; hot sizes are those whose "
+                      f"calls moved {HOT_SIZE_BYTES} bytes", RuntimeWarning, stacklevel=2)
+        return HOT_SIZE_BYTES
+    return int(env)
 
 
 def shape_matches(actual: tuple, declared: tuple) -> bool:
@@ -65,6 +92,8 @@ class ShapePlan:
     specialised: object = None
     extra: dict = field(default_factory=dict)  # what a backend derives from the sizes (stage extents)
     fast: object = None  # what a backend's fast path prepared for these sizes (see runtime/native_call.py)
+    moved: int = 0       # the bytes one call reads and writes (its inputs and outputs)
+    hot_left: int = 0    # the bytes calls must still move before a static build serves them; 0: never
 
     def size_of(self, d) -> int:
         return size_value(d, {SYMBOL_BUFFER_PREFIX + k: v for k, v in self.bindings.items()})
@@ -73,7 +102,7 @@ class ShapePlan:
 class ShapePlans:
     """The plans of one executable (see the module docstring)."""
 
-    def __init__(self, program, lowered, allocs, power_of_two: bool = False):
+    def __init__(self, program, lowered, allocs, power_of_two: bool = False, hot_sizes: bool = False):
         self.program = program
         self.allocs = allocs
         self.symbolic = not program.is_static
@@ -84,6 +113,8 @@ class ShapePlans:
         # Where static code is faster on power-of-two axes (the CPU's vector loops), those sizes
         # run a static specialisation (``_power_of_two_axis``).
         self.masked = masked_axis_symbols(program) if self.symbolic and power_of_two else frozenset()
+        self.hot_sizes = self.symbolic and hot_sizes
+        self._hot_lock = threading.Lock()
         #: compiles a static program with the executable's options (set by ``compile``).
         self.compile_static = None
 
@@ -114,6 +145,26 @@ class ShapePlans:
         except InputError:
             return False
         return self._generic(bindings) and not self._power_of_two_axis(bindings)
+
+    def ran(self, plan: ShapePlan) -> bool:
+        """Count a call of ``plan``'s sizes (one whose ``hot_left`` is not 0) on the generic
+        code; once such calls have moved ``hot_size_bytes()``, give the plan the static build of its
+        sizes, which serves every later call (``plan.fast`` is made again). Returns whether this
+        call did that. A compile error (none is expected: the static program of sizes the
+        generic code serves builds) only stops the counting."""
+        plan.hot_left -= plan.moved
+        if plan.hot_left > 0:
+            return False
+        with self._hot_lock:
+            plan.hot_left = 0
+            if plan.specialised is not None:  # another thread's call made it
+                return False
+            try:
+                plan.specialised = self._specialised(plan.bindings, exact=True)
+            except CinnliteError:
+                return False
+        plan.fast = None
+        return True
 
     def _power_of_two_axis(self, bindings: dict) -> bool:
         """Whether an indexed axis of ``raise`` or ``wrap`` mode has a power-of-two size in this
@@ -157,6 +208,9 @@ class ShapePlans:
         for name, shape, dtype, _ in self.allocs:
             sizes = tuple(plan.size_of(d) for d in shape)
             plan.allocs.append((name, sizes, dtype, int(np.prod(sizes, dtype=np.int64)) * np.dtype(dtype).itemsize))
+        if self.hot_sizes and self.compile_static is not None:
+            plan.moved = sum(getattr(a, "nbytes", 0) for a in arrays.values()) + sum(a[3] for a in plan.allocs)
+            plan.hot_left = hot_size_bytes()
         return plan
 
     def _specialised(self, bindings: dict, exact: bool):
