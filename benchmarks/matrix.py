@@ -8,7 +8,8 @@ where each has the operation, every result checked before and after timing.
 
 It prints one row per cell (cinnlite's median, the best peer's, their ratio, and for cells of
 16 MB or more the share of the copy bandwidth of the same bytes), then the geometric mean of
-the ratios, the worst cell and the number of cells below 1.0x. Timing: the implementations
+the ratios, the worst cell and the number of cells below 1.0x. Timing: each implementation
+first runs for ``WARMUP_S`` (the steady state of repeated calls is measured); then they
 take turns sample by sample (the copy ceiling too), 5 ms apart so that one library's spinning
 threads settle before the next runs; a sample is a batch of calls, the same number for every
 implementation, enough for the fastest to take ``SAMPLE_S``, so that calls of a few
@@ -33,6 +34,10 @@ from matrix_cells import Impl, build_case, matrix_cells
 
 SAMPLE_S = 5e-4
 PAUSE_S = 0.005
+#: Each implementation first runs back to back for this long (its allocator, its thread pool
+#: and its caches warm; cinnlite's symbolic builds reach their hot-size static code): the matrix
+#: measures the steady state of repeated calls, not the first few.
+WARMUP_S = 0.25
 LARGE_BYTES = 16 << 20
 
 
@@ -89,10 +94,19 @@ def one_call_s(run) -> float:
     return max(best, 1e-7)
 
 
+def run_for(run, seconds: float = WARMUP_S):
+    """Calls of ``run``, back to back, for ``seconds``."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        run()
+
+
 def time_cell(impls: list, rounds: int) -> dict:
     """Median seconds per call of each implementation, sampled in turns. Every implementation
     makes the same number of calls per sample (enough for the fastest to take ``SAMPLE_S``), so
     all are measured alike: a sample starts after a pause, whatever that costs the first call."""
+    for impl in impls:
+        run_for(impl.run)
     n = max(1, min(2000, math.ceil(SAMPLE_S / min(one_call_s(impl.run) for impl in impls))))
     samples = {impl.name: [] for impl in impls}
     for k in range(rounds):
