@@ -36,7 +36,6 @@ def special_bits(dtype: np.dtype, shape, rng) -> np.ndarray:
     return out.view(dtype)
 
 
-
 def _inputs(dtype: np.dtype, rng) -> dict:
     """Data of special bits and indices of every sign (distinct rows for the scatters)."""
     return {
