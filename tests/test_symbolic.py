@@ -359,6 +359,39 @@ def test_sizes_never_turn_hot_with_hot_size_bytes_0(monkeypatch, cache_dir):
     assert exe._shapes.by_shapes[(x.shape, i.shape)].specialised is None
 
 
+def test_a_hot_size_leaves_the_generic_pool(monkeypatch, cache_dir):
+    """The generic code's buffer pool lets go of the blocks of sizes that turn hot: the static
+    build has its own, and the memory would be held twice."""
+    monkeypatch.setenv("CINNLITE_HOT_SIZE_BYTES", str(10 << 20))
+    b = cl.NetBuilder("pooled")
+    x = b.create_input(cl.Float(32), ("N", 1000), "x")
+    i = b.create_input(cl.Int(64), ("E",), "i")
+    exe = cl.compile(b.build([b.take(x, i, axis=0)]))
+    xv, iv = np.ones((7, 1000), np.float32), np.arange(600) % 7  # 2.4 MB out: the pool's
+    held = lambda pool: sum(len(shelf) for shelf in pool._blocks.values())  # noqa: E731
+    exe(x=xv, i=iv)
+    assert held(exe._pool) == 1
+    for _ in range(4):
+        exe(x=xv, i=iv)
+    plan = exe._shapes.by_shapes[(xv.shape, iv.shape)]
+    assert plan.specialised is not None and held(exe._pool) == 0 and held(plan.specialised._pool) >= 1
+
+
+@pytest.mark.parametrize("value, hot", [("0", False), ("1", True), (" 5 ", True), ("-1", None), ("1e9", None)])
+def test_hot_size_bytes_takes_a_number_of_bytes(monkeypatch, cache_dir, value, hot):
+    """A number of bytes (0: never); anything else warns, naming the variable, and keeps the
+    default (so these small calls stay generic)."""
+    monkeypatch.setenv("CINNLITE_HOT_SIZE_BYTES", value)
+    exe = cl.compile(_short_row_gather())
+    x, i, want = _short_row_case((2, 9, 5, 3), 6)
+    if hot is None:
+        with pytest.warns(RuntimeWarning, match="CINNLITE_HOT_SIZE_BYTES"):
+            exe(x=x, i=i)
+    for _ in range(2):
+        np.testing.assert_array_equal(exe(x=x, i=i), want)
+    assert (exe._shapes.by_shapes[(x.shape, i.shape)].specialised is not None) == bool(hot)
+
+
 def test_a_hot_size_compiles_once_whatever_threads_call_it(monkeypatch, cache_dir):
     import threading
 

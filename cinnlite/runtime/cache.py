@@ -74,27 +74,34 @@ def cache_dir():
 
 def max_bytes() -> int:
     """The size bound of the disk cache: ``$CINNLITE_CACHE_MAX_BYTES`` bytes, default 512 MiB."""
-    env = os.environ.get("CINNLITE_CACHE_MAX_BYTES")
+    return bytes_from_env("CINNLITE_CACHE_MAX_BYTES", DEFAULT_MAX_BYTES,
+                          f"the compile cache is bounded to the default {DEFAULT_MAX_BYTES} bytes")
+
+
+def bytes_from_env(name: str, default: int, otherwise: str, category: type = CacheWarning) -> int:
+    """The number of bytes the variable ``name`` gives; ``default`` where it is unset or empty,
+    and where it is not a number of bytes, after a warning that says so and ``otherwise``."""
+    env = os.environ.get(name)
     if env is None or not env.strip():
-        return DEFAULT_MAX_BYTES
+        return default
     try:
         value = int(env)
     except ValueError:
         value = -1
     if value < 0:
-        warn(f"CINNLITE_CACHE_MAX_BYTES={env!r} is not a number of bytes; the compile cache is bounded to the "
-             f"default {DEFAULT_MAX_BYTES} bytes")
-        return DEFAULT_MAX_BYTES
+        warn(f"{name}={env!r} is not a number of bytes; {otherwise}", category)
+        return default
     return value
 
 
-def warn(message: str):
-    """A CacheWarning, attributed to the first caller outside cinnlite (the ``compile`` call)."""
+def warn(message: str, category: type = CacheWarning):
+    """A warning (a CacheWarning unless said), attributed to the first caller outside cinnlite
+    (the ``compile`` call, or the call of an executable)."""
     package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     level, frame = 1, sys._getframe(0)
     while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package + os.sep):
         frame, level = frame.f_back, level + 1
-    warnings.warn(CacheWarning(message), stacklevel=level)
+    warnings.warn(category(message), stacklevel=level)
 
 
 def _canonical(value) -> str:

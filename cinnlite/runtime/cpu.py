@@ -455,7 +455,7 @@ class CPUExecutable(Executable):
                 call = GENERAL
             else:
                 call = plan.fast if plan.fast is not None else self._fast_plan(plan)
-                if call.runs and plan.hot_left > 0 and self._shapes.ran(plan):
+                if call.runs and plan.hot_left > 0 and self._count_call(plan):
                     call = self._fast_plan(plan)  # these sizes just turned hot: their static build
             if call.specialised is not None:  # the static executable of these sizes serves them
                 return call.specialised(out, **inputs)
@@ -493,8 +493,7 @@ class CPUExecutable(Executable):
         written = rest[n_given:]
         outputs = [b.name for b in self.lowered.outputs]
         if self._splits(plan) or not all(name in allocs for name in written) or written[:len(outputs)] != outputs:
-            plan.fast = GENERAL
-            return plan.fast
+            return self._shapes.keep_fast(plan, GENERAL)
         # Arrays big enough for the buffer pool come from it, as on the general path: from their
         # shelves, found once here.
         terms = self._pool_terms(plan)
@@ -502,9 +501,10 @@ class CPUExecutable(Executable):
                   if BufferPool.serves(terms[name][0], terms[name][2]) else None for name in written]
         work = sum(work for _, work in self._stage_sizes(plan))
         function = self._fast.holding if work <= HOLD_GIL_MAX_WORK else self._fast.releasing
-        plan.fast = FastPlan(function, [given[name] for name in rest[:n_given]], [allocs[name][:2] for name in written],
-                             len(outputs), pooled=pooled, pool=self._pool, checks_out=self._entry_checks_out)
-        return plan.fast
+        return self._shapes.keep_fast(plan, FastPlan(function, [given[name] for name in rest[:n_given]],
+                                                     [allocs[name][:2] for name in written], len(outputs),
+                                                     pooled=pooled, pool=self._pool,
+                                                     checks_out=self._entry_checks_out))
 
     def _splits(self, plan) -> bool:
         """Whether ``_run_stages`` would split a stage of a call of ``plan``'s sizes across threads."""

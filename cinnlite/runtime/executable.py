@@ -114,6 +114,14 @@ class BufferPool:
         with self._lock:
             return self._blocks.setdefault((shape, dtype), [])
 
+    def forget(self, keys):
+        """Let go of the free blocks of these (shape, dtype) keys, and of the others once no
+        array uses them: sizes this executable no longer runs (a static build serves them,
+        with its own pool) would hold their memory twice. A shelf stays, empty."""
+        with self._lock:
+            for key in keys:
+                self._blocks.get(key, []).clear()
+
     def take(self, shape, dtype, shelf: list, nbytes: int, per_call: int = 1) -> np.ndarray:
         """``empty`` for a block the pool serves, from its ``shelf``."""
         with self._lock:
@@ -405,10 +413,19 @@ class Executable:
         are the caller's ``out=`` arrays, by output name."""
         plan = plan or self._shapes.plan_for(arrays, self)
         if plan.hot_left > 0:
-            self._shapes.ran(plan)
+            self._count_call(plan)
         if plan.specialised is not None:
             return plan.specialised._dispatch(arrays, outputs)
         return self._run(arrays, plan, outputs)
+
+    def _count_call(self, plan: ShapePlan) -> bool:
+        """Count a call of ``plan``'s sizes toward their static build (``ShapePlans.ran``);
+        where this call made them hot, the pool lets go of what it kept for them. Returns
+        whether it did."""
+        if not self._shapes.ran(plan):
+            return False
+        self._pool.forget([(shape, dtype) for _, shape, dtype, _ in plan.allocs])
+        return True
 
     def _run(self, arrays: dict, plan: ShapePlan, outputs: dict | None = None) -> dict:
         raise NotImplementedError

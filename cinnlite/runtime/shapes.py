@@ -11,15 +11,13 @@ a repeated shape costs one dictionary lookup.
 Where a backend's static code is faster than its generic code (the CPU's: constant trip counts
 let short loops merge and short rows copy inline, a constant divisor becomes a multiplication),
 sizes that turn out to be hot get it too: once the calls of one set of sizes have moved
-``hot_size_bytes()`` (their input and output bytes, summed), those sizes run the static program
+``hot_size_bytes()`` (their inputs', outputs' and intermediates' bytes, summed), those sizes run the static program
 of them from then on, compiled once (``ShapePlans.ran``).
 """
 from __future__ import annotations
 
 import operator
-import os
 import threading
-import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -27,6 +25,7 @@ import numpy as np
 from ..errors import CinnliteError, InputError
 from ..ir.loopnest import Binary, Const, Load
 from ..ir.symbolic import SYMBOL_BUFFER_PREFIX, Dim, holds
+from .cache import bytes_from_env
 
 #: Shape signatures remembered per executable; past it the oldest is forgotten.
 MAX_PLANS = 256
@@ -41,14 +40,8 @@ HOT_SIZE_BYTES = 1 << 29
 def hot_size_bytes() -> int:
     """``CINNLITE_HOT_SIZE_BYTES`` where it is a number of bytes (0: sizes never turn hot, every
     call of a symbolic program runs its generic code), else ``HOT_SIZE_BYTES``."""
-    env = os.environ.get("CINNLITE_HOT_SIZE_BYTES", "").strip()
-    if not env:
-        return HOT_SIZE_BYTES
-    if not env.isdigit():
-        warnings.warn(f"CINNLITE_HOT_SIZE_BYTES={env!r} is not a number of bytes; hot sizes are those whose "
-                      f"calls moved {HOT_SIZE_BYTES} bytes", RuntimeWarning, stacklevel=2)
-        return HOT_SIZE_BYTES
-    return int(env)
+    return bytes_from_env("CINNLITE_HOT_SIZE_BYTES", HOT_SIZE_BYTES,
+                          f"hot sizes are those whose calls moved {HOT_SIZE_BYTES} bytes", RuntimeWarning)
 
 
 def shape_matches(actual: tuple, declared: tuple) -> bool:
@@ -92,7 +85,7 @@ class ShapePlan:
     specialised: object = None
     extra: dict = field(default_factory=dict)  # what a backend derives from the sizes (stage extents)
     fast: object = None  # what a backend's fast path prepared for these sizes (see runtime/native_call.py)
-    moved: int = 0       # the bytes one call reads and writes (its inputs and outputs)
+    moved: int = 0       # the bytes one call reads and writes (inputs, outputs, intermediates)
     hot_left: int = 0    # the bytes calls must still move before a static build serves them; 0: never
 
     def size_of(self, d) -> int:
@@ -155,7 +148,12 @@ class ShapePlans:
         plan.hot_left -= plan.moved
         if plan.hot_left > 0:
             return False
-        with self._hot_lock:
+        if not self._hot_lock.acquire(blocking=False):
+            # Another call compiles (these sizes or others): this one runs the generic code
+            # rather than wait, and a later call of these sizes looks again.
+            plan.hot_left = max(plan.hot_left, 1)
+            return False
+        try:
             plan.hot_left = 0
             if plan.specialised is not None:  # another thread's call made it
                 return False
@@ -163,8 +161,20 @@ class ShapePlans:
                 plan.specialised = self._specialised(plan.bindings, exact=True)
             except CinnliteError:
                 return False
-        plan.fast = None
+            plan.fast = None
+        finally:
+            self._hot_lock.release()
         return True
+
+    def keep_fast(self, plan: ShapePlan, fast):
+        """``fast`` (what a backend's fast path prepared for the generic code of ``plan``'s
+        sizes) as ``plan.fast``, unless the sizes got their static build meanwhile (``ran``
+        holds the same lock): then the plan keeps none, and its next call prepares the static
+        build's. Returns ``fast``, which serves this call either way."""
+        with self._hot_lock:
+            if plan.specialised is None:
+                plan.fast = fast
+        return fast
 
     def _power_of_two_axis(self, bindings: dict) -> bool:
         """Whether an indexed axis of ``raise`` or ``wrap`` mode has a power-of-two size in this
