@@ -11,8 +11,8 @@ a repeated shape costs one dictionary lookup.
 Where a backend's static code is faster than its generic code (the CPU's: constant trip counts
 let short loops merge and short rows copy inline, a constant divisor becomes a multiplication),
 sizes that turn out to be hot get it too: once the calls of one set of sizes have moved
-``hot_size_bytes()`` (their inputs', outputs' and intermediates' bytes, summed), those sizes run the static program
-of them from then on, compiled once (``ShapePlans.ran``).
+``hot_size_bytes()`` (their inputs', outputs' and intermediates' bytes, summed), those sizes
+run the static program of them from then on, compiled once (``ShapePlans.ran``).
 """
 from __future__ import annotations
 
@@ -107,7 +107,8 @@ class ShapePlans:
         # run a static specialisation (``_power_of_two_axis``).
         self.masked = masked_axis_symbols(program) if self.symbolic and power_of_two else frozenset()
         self.hot_sizes = self.symbolic and hot_sizes
-        self._hot_lock = threading.Lock()
+        self._hot_lock = threading.Lock()  # held while a hot size compiles
+        self._fast_lock = threading.Lock()  # orders ``plan.fast`` against a static build's arrival
         #: compiles a static program with the executable's options (set by ``compile``).
         self.compile_static = None
 
@@ -141,9 +142,9 @@ class ShapePlans:
 
     def ran(self, plan: ShapePlan) -> bool:
         """Count a call of ``plan``'s sizes (one whose ``hot_left`` is not 0) on the generic
-        code; once such calls have moved ``hot_size_bytes()``, give the plan the static build of its
-        sizes, which serves every later call (``plan.fast`` is made again). Returns whether this
-        call did that. A compile error (none is expected: the static program of sizes the
+        code; once such calls have moved ``hot_size_bytes()``, give the plan the static build of
+        its sizes, which serves every later call (``plan.fast`` is made again). Returns whether
+        this call did that. A compile error (none is expected: the static program of sizes the
         generic code serves builds) only stops the counting."""
         plan.hot_left -= plan.moved
         if plan.hot_left > 0:
@@ -161,17 +162,19 @@ class ShapePlans:
                 plan.specialised = self._specialised(plan.bindings, exact=True)
             except CinnliteError:
                 return False
-            plan.fast = None
         finally:
             self._hot_lock.release()
+        with self._fast_lock:
+            plan.fast = None
         return True
 
     def keep_fast(self, plan: ShapePlan, fast):
         """``fast`` (what a backend's fast path prepared for the generic code of ``plan``'s
         sizes) as ``plan.fast``, unless the sizes got their static build meanwhile (``ran``
-        holds the same lock): then the plan keeps none, and its next call prepares the static
-        build's. Returns ``fast``, which serves this call either way."""
-        with self._hot_lock:
+        clears ``plan.fast`` under the same lock, after setting the build): then the plan keeps
+        none, and its next call prepares the static build's. Returns ``fast``, which serves this
+        call either way."""
+        with self._fast_lock:
             if plan.specialised is None:
                 plan.fast = fast
         return fast
