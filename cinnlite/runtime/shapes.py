@@ -222,7 +222,7 @@ class ShapePlans:
             sizes = tuple(plan.size_of(d) for d in shape)
             plan.allocs.append((name, sizes, dtype, int(np.prod(sizes, dtype=np.int64)) * np.dtype(dtype).itemsize))
         if self.hot_sizes and self.compile_static is not None:
-            plan.moved = sum(getattr(a, "nbytes", 0) for a in arrays.values()) + sum(a[3] for a in plan.allocs)
+            plan.moved = sum(a.nbytes for a in arrays.values()) + sum(a[3] for a in plan.allocs)
             plan.hot_left = hot_size_bytes()
         return plan
 
