@@ -541,3 +541,85 @@ def test_collapsed_loops_resolve_every_mode(mode):
     else:
         expected = np.take_along_axis(xs, np.clip(i, 0, 6) if mode == "clip" else i % 7, axis=1)
     np.testing.assert_array_equal(exe(x=xs, i=i), expected)
+
+
+def _lane_gather_host(monkeypatch):
+    """The CPU backend as on a host whose vector gathers are microcoded (a Zen): gathers within
+    the L2 cache (1 MB here) are built lane by lane."""
+    monkeypatch.setattr(cpu_backend, "far_gathers", lambda: (cpu._host()[2].replace(cpu.NO_GATHERS, ""), 1 << 20))
+
+
+def _gather_stage_text(exe) -> str:
+    """The LLVM text of the gather's stage (the first function after main)."""
+    return re.search(r'define [^@]*@"k_\w+_s0"\(.*?\n}\n', exe.source("llvm"), re.S).group(0)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64", "int32", "int64", "complex64"])
+@pytest.mark.parametrize("index_dtype", ["int64", "int32"])
+def test_gathers_in_collapsed_loops_add_up_their_lane_coordinates_first(monkeypatch, dtype, index_dtype):
+    """Where gathers are built lane by lane, a gather in a collapsed loop (its index beside the
+    loop's column ``w % E``) of 32-bit or wider elements freezes the sum of those coordinates
+    and its loop is not interleaved (``gathers_at_divided_position``); narrower elements, and a
+    gather of 32-bit data through 32-bit indices (vector gathers), keep LLVM's defaults.
+    Results are numpy's, in every mode, a bad index reported at its position."""
+    _lane_gather_host(monkeypatch)
+    rng = np.random.default_rng(len(dtype) + len(index_dtype))
+    applies = np.dtype(dtype).itemsize >= 4 and not (np.dtype(dtype).itemsize == 4 and index_dtype == "int32"
+                                                       and dtype != "complex64")
+    for inner, mode in ((16, "raise"), (13, "wrap"), (61, "clip"), (16, "fill")):
+        b = cl.NetBuilder("middle")
+        x = b.create_input(dtype, (4, 9, inner), "x")
+        i = b.create_input(index_dtype, (4, 23, inner), "i")
+        exe = cl.compile(b.build([b.gather(x, i, axis=1, mode=mode)]), target="cpu", cache=False, threads=1)
+        assert _gather_loop_extents(exe)[-1] == 23 * inner  # collapsed
+        text = _gather_stage_text(exe)
+        assert ("freeze" in text, "llvm.loop.interleave.count" in exe.source("llvm")) == (applies, applies)
+        xs = (rng.standard_normal((4, 9, inner)) * 50).astype(dtype)
+        idx = rng.integers(-20, 20, (4, 23, inner))
+        if mode == "raise":
+            idx = np.clip(idx, -9, 8)
+            idx[0, 0, 0], idx[3, 22, inner - 1] = -9, 8
+        resolved = {"raise": idx % 9, "wrap": idx % 9, "clip": np.clip(idx, 0, 8), "fill": np.where(
+            (idx >= -9) & (idx < 9), idx % 9, 0)}[mode]
+        expected = np.take_along_axis(xs, resolved, axis=1)
+        if mode == "fill":
+            expected = np.where((idx >= -9) & (idx < 9), expected, 0)
+        np.testing.assert_array_equal(exe(x=xs, i=idx.astype(index_dtype)), expected)
+        if mode == "raise":
+            idx[2, 5, 3] = 9
+            with pytest.raises(cl.IndexOutOfRangeError, match=re.escape("position (2, 5, 3)")):
+                exe(x=xs, i=idx.astype(index_dtype))
+
+
+def test_the_collapsed_gather_rules_need_a_divided_column_and_lane_gathers(monkeypatch):
+    """The rules of ``gathers_at_divided_position`` hold for a gather whose column divides the
+    loop (along a middle axis, collapsed), not for one whose column is the loop variable (along
+    axis 0 or the last axis), nor where the host's vector gathers are not microcoded; through
+    the Lets of a fused chain (a gather of a gather's values) too, with numpy's results."""
+    from cinnlite.ir.schedule_cpu import interleave_once
+    from cinnlite.ir.transform import kernel_stages, walk_stmt
+
+    def build(axis, shape, chained=False):
+        b = cl.NetBuilder("g")
+        x = b.create_input("float32", shape, "x")
+        i = b.create_input("int64", shape, "i")
+        index = b.gather(i, i, axis=axis) if chained else i
+        return b.build([b.gather(x, index, axis=axis)])
+
+    def once(exe):
+        return any(interleave_once(loop) for k in exe.lowered.kernels for s in kernel_stages(k)
+                   for loop in walk_stmt(s) if isinstance(loop, cl.ir.loopnest.For))
+
+    _lane_gather_host(monkeypatch)
+    rng = np.random.default_rng(2)
+    middle, rows = (6, 40, 16), (40, 64)
+    for axis, shape, chained, applies in ((1, middle, False, True), (1, middle, True, True),
+                                          (0, rows, False, False), (1, rows, False, False)):
+        xs, idx = rng.random(shape).astype(np.float32), rng.integers(0, min(shape), shape)
+        exe = cl.compile(build(axis, shape, chained), target="cpu", cache=False, threads=1)
+        assert once(exe) == applies and ("freeze" in exe.source("llvm")) == applies
+        index = np.take_along_axis(idx, idx, axis=axis) if chained else idx
+        np.testing.assert_array_equal(exe(x=xs, i=idx), np.take_along_axis(xs, index, axis=axis))
+    monkeypatch.setattr(cpu_backend, "far_gathers", lambda: None)
+    text = cl.compile(build(1, middle), target="cpu", cache=False, threads=1).source("llvm")
+    assert "freeze" not in text and "interleave.count" not in text
