@@ -124,6 +124,18 @@ _BY_NAME = {d.name: d for d in ALL_DTYPES}
 _NP_DTYPES = {"bfloat16": np.dtype(ml_dtypes.bfloat16)}
 
 
+def converted(value, dtype: DType) -> np.ndarray:
+    """``value`` (an array or a scalar) converted to ``dtype`` as a cast converts it
+    (SEMANTICS.md): numpy's conversion, except that one to bfloat16 from anything but float32
+    goes through float32, each step rounding to nearest even, as PyTorch converts. Why:
+    ml_dtypes before 0.7 did so too, and from 0.7 on rounds a float64 or an integer to
+    bfloat16 once (``2**24 + 2**16 + 1`` gives ``2**24 + 2**17`` there, ``2**24`` here)."""
+    arr = np.asarray(value)
+    if dtype.is_bfloat16 and arr.dtype not in (np.dtype(np.float32), dtype.np):
+        arr = arr.astype(np.float32)
+    return arr.astype(dtype.np)
+
+
 def float_max(dtype: DType) -> float:
     """The largest finite value of a float dtype."""
     return float(ml_dtypes.finfo(dtype.np).max)

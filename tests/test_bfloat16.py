@@ -2,7 +2,7 @@
 reductions), bit for bit.
 
 The contract (SEMANTICS.md, "Data types"): a value converts to bfloat16 through float32, each
-step rounded to nearest even (ml_dtypes' and PyTorch's conversion), NaN stays NaN; arithmetic is
+step rounded to nearest even (PyTorch's conversion; ml_dtypes' before 0.7), NaN stays NaN; arithmetic is
 the float32 result rounded to bfloat16; a scatter's add and mul accumulate in float32 and round
 once at the end (PyTorch's scatter_reduce on the CPU), mean sums in float32, max and min are
 exact.
@@ -41,6 +41,12 @@ def assert_same_bits(got, want, label, nan_sign=True):
                                   err_msg=f"{label}: sign")
     unsigned = f"u{got.dtype.itemsize}"
     np.testing.assert_array_equal(got[~nan].view(unsigned), want[~nan].view(unsigned), err_msg=label)
+
+
+def through_float32(x: np.ndarray) -> np.ndarray:
+    """``x`` converted to bfloat16 as SEMANTICS.md says: to float32, then to bfloat16, each to
+    nearest even (ml_dtypes' own conversion of a float64 or an integer rounds once from 0.7)."""
+    return x.astype(np.float32).astype(BF16)
 
 
 def cast_all(backend, x: np.ndarray, targets):
@@ -92,10 +98,11 @@ def test_every_bfloat16_converts_to_float16_as_ml_dtypes(backend):
 
 @pytest.mark.parametrize("src", [np.float32, np.float64])
 def test_floats_round_to_nearest_even_bfloat16_through_float32(backend, src):
-    """float64 rounds to float32 first, as ml_dtypes and PyTorch convert; NaN stays NaN."""
+    """float64 rounds to float32 first, as PyTorch converts (and ml_dtypes before 0.7, which
+    rounds once); NaN stays NaN."""
     x = rounding_cases(src)
     (got,) = cast_all(backend, x, ["bfloat16"])
-    assert_same_bits(got, x.astype(BF16), f"{np.dtype(src).name} -> bfloat16")
+    assert_same_bits(got, through_float32(x), f"{np.dtype(src).name} -> bfloat16")
 
 
 def test_every_float16_converts_to_bfloat16_as_ml_dtypes(backend):
@@ -105,7 +112,7 @@ def test_every_float16_converts_to_bfloat16_as_ml_dtypes(backend):
 
 
 @pytest.mark.parametrize("src", INTS + ["bool"])
-def test_integers_convert_to_bfloat16_as_ml_dtypes(backend, src):
+def test_integers_convert_to_bfloat16_through_float32(backend, src):
     """Integers round to float32 first: 2**24 + 2**16 + 1 gives 2**24, not 2**24 + 2**17."""
     if src == "bool":
         x = np.array([True, False, True])
@@ -118,7 +125,7 @@ def test_integers_convert_to_bfloat16_as_ml_dtypes(backend, src):
         x = np.concatenate([np.array(values, dtype=src),
                             rng.integers(info.min, info.max, 5000, endpoint=True, dtype=src)])
     (got,) = cast_all(backend, x, ["bfloat16"])
-    assert_same_bits(got, x.astype(BF16), f"{src} -> bfloat16")
+    assert_same_bits(got, through_float32(x), f"{src} -> bfloat16")
 
 
 def test_bfloat16_to_integers_saturates_and_nan_gives_zero(backend):
@@ -170,6 +177,38 @@ def test_gathers_move_bits_and_round_the_fill_value(backend):
     assert_same_bits(fill, R.take(x, idx, axis=1, mode="fill", fill_value=0.1), "take fill")
     assert fill[0, -1] == np.array(0.1, BF16)  # the bfloat16 nearest 0.1
     assert_same_bits(wrapped, R.take(x, idx, axis=0, mode="wrap"), "take wrap")
+
+
+def test_bfloat16_constants_round_through_float32_as_pytorch(backend):
+    """A constant, a fill value and a scalar operand of bfloat16 are the value rounded to
+    float32 and then to bfloat16, as a cast rounds it and PyTorch converts it: values one
+    rounding apart (``2**24 + 2**16 + 1``, ``1 + 2**-8 + 2**-30``) give PyTorch's."""
+    torch = pytest.importorskip("torch")
+    values = [2.0**24 + 2**16 + 1, 1 + 2.0**-8 + 2**-30, -(1 + 2.0**-8 + 2**-40), 0.1, 3.3e38, 1e-40]
+    want = torch.tensor(values, dtype=torch.float64).to(torch.bfloat16).view(torch.int16).numpy().view(BF16)
+    b = NetBuilder("consts")
+    x, i = b.create_input(BF16, (1,), "x"), b.create_input("int32", (1,), "i")
+    outs = [b.fill_constant((1,), v, "bfloat16") for v in values]
+    outs += [b.take(x, i, mode="fill", fill_value=v) for v in values]
+    exe = cl.compile(b.build(outs), target=backend)
+    got = exe(x=np.zeros(1, BF16), i=np.array([5], np.int32))
+    assert_same_bits(np.concatenate(got[:len(values)]), want, "fill_constant")
+    assert_same_bits(np.concatenate(got[len(values):]), want, "fill_value")
+
+
+def test_the_reference_evaluator_converts_to_bfloat16_through_float32():
+    """The loop-nest evaluator (``cinnlite.ir.evaluate``), which the pass tests compare every
+    pass with, converts to bfloat16 as the backends do: through float32."""
+    from cinnlite.ir.evaluate import evaluate
+    from cinnlite.ir.lower import lower_program
+
+    ints = np.array([2**24 + 2**16 + 1, -(2**24 + 2**16 + 1), 2**60 + 2**52 + 2**36 + 1, 257], np.int64)
+    floats = rounding_cases("float64")[::97]
+    b = NetBuilder("casts")
+    outs = [b.cast(b.create_input(a.dtype, a.shape, name), "bfloat16") for name, a in (("i", ints), ("f", floats))]
+    got = evaluate(lower_program(b.build(outs)), {"i": ints, "f": floats})
+    assert_same_bits(got[outs[0].name], through_float32(ints), "int64 -> bfloat16")
+    assert_same_bits(got[outs[1].name], through_float32(floats), "float64 -> bfloat16")
 
 
 def test_a_big_bfloat16_output_keeps_its_dtype(backend):

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 import numpy as np
 
-from ..dtypes import DType, complex64, complex128, float16, float32, int64, uint8
+from ..dtypes import DType, complex64, complex128, converted, float16, float32, int64, uint8
 from ..errors import CompileError
 from ..ir.loopnest import (Binary, Buffer, Cast, Cmp, Const, Expr, For, If, Let, Load, LoweredProgram, Math, Reduce,
                            ReportIndexError, Select, Seq, Store, Var, dim_mul)
@@ -298,7 +298,7 @@ class _Emitter:
         if dtype.is_bool:
             return "true" if value else "false"
         if dtype.name in _BITS_FLOATS:
-            bits = int(np.array(value, dtype.np).view(np.uint16))
+            bits = int(converted(value, dtype).view(np.uint16))
             return f"(({value_ctype(dtype)})0x{bits:04x}u)"
         if dtype.is_complex:
             v = complex(np.array(value, dtype.np))  # the parts rounded to the dtype's

@@ -19,7 +19,7 @@ from typing import ClassVar
 import numpy as np
 from llvmlite import ir
 
-from ..dtypes import DType, float16, float32, uint64
+from ..dtypes import DType, converted, float16, float32, uint64
 from ..ir.loopnest import (Binary, Buffer, Cast, Cmp, Const, FlagIndexError, Math, For, If, Let, Load,
                            LoweredProgram, Prefetch, Reduce, ReportIndexError, Select, Seq, Store, Var)
 from ..ir.passes import CHUNKED_LOOPS, RANGE_BEGIN, RANGE_END
@@ -372,7 +372,7 @@ class _KernelEmitter:
             if e.dtype.is_bool:
                 return ir.Constant(I1, int(bool(e.value)))
             if e.dtype.is_bfloat16:  # the bfloat16 nearest the value, as a float
-                return ir.Constant(t, float(np.array(e.value, e.dtype.np).astype(np.float32)))
+                return ir.Constant(t, float(converted(e.value, e.dtype).astype(np.float32)))
             if e.dtype.is_complex:
                 v = complex(np.array(e.value, e.dtype.np))  # the parts rounded to the dtype's
                 return ir.Constant(t, [ir.Constant(t.element, v.real), ir.Constant(t.element, v.imag)])

@@ -26,7 +26,7 @@ from functools import cached_property
 
 import numpy as np
 
-from ..dtypes import ALL_DTYPES, as_dtype, bfloat16
+from ..dtypes import ALL_DTYPES, as_dtype, bfloat16, converted
 from ..errors import CinnliteError, ShapeMismatchWarning
 from ..ir.graph import Program, Tensor
 from ..ir.symbolic import dims_equal, exact_div, is_symbolic, prod
@@ -891,7 +891,7 @@ def _fold_cast(arr: np.ndarray, dtype: np.dtype) -> np.ndarray:
         out[clean >= float(info.max)] = info.max
         return out
     with np.errstate(all="ignore"):
-        return arr.astype(dtype)
+        return converted(arr, as_dtype(dtype))
 
 
 def _fmt_shape(shape) -> str:

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..dtypes import DType
+from ..dtypes import DType, converted
 from .loopnest import (COMBINES, Binary, Buffer, Cast, Cmp, Const, FlagIndexError, Math, For, If, Kernel, Let, Load,
                        LoweredProgram, Prefetch, Reduce, ReportIndexError, Select, Seq, Store, Var)
 from .passes import RANGE_BEGIN, RANGE_END, _c_div
@@ -209,7 +209,7 @@ def cast(value, src: DType, dst: DType):
         # numpy's conversion of one element: correctly rounded, as LLVM's and CUDA's casts
         # (overflowing to infinity is the intended result, not a mistake to warn about).
         with np.errstate(over="ignore"):
-            return dst.np.type(np.array(value, src.np).astype(dst.np))
+            return dst.np.type(converted(np.array(value, src.np), dst))
     return wrap(value, dst)
 
 
