@@ -160,12 +160,13 @@ def _defined_attributes(text: str) -> dict:
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_far_gathers_split_across_threads_are_built_lane_by_lane(monkeypatch, threads):
-    """A stage whose gathers reach far, through 64-bit indices, one coordinate each, runs whole
-    with vector gathers and in chunks on threads from a copy of it without them
-    (``threaded_gathers``); a gather of index tuples keeps vector gathers both ways, in one
-    function. Results are numpy's on one thread and two, from small calls (run whole) and big
-    ones (split), with a bad index reported from either."""
-    from cinnlite.ir.schedule_cpu import threaded_gathers, tuple_gathers
+    """A stage whose gathers reach far, through 64-bit indices, runs whole with vector gathers
+    and in chunks on threads from a copy of it without them (``threaded_gathers``): a gather of
+    one coordinate each, and one of index tuples, whose copy adds each lane's coordinates
+    before they leave the vector (``lane_sum``: a frozen sum). Results are numpy's on one
+    thread and two, from small calls (run whole) and big ones (split), with a bad index
+    reported from either."""
+    from cinnlite.ir.schedule_cpu import threaded_gathers
     from cinnlite.ir.transform import kernel_stages
 
     monkeypatch.setattr(cpu_backend, "far_gathers", lambda: (cpu._host()[2].replace(cpu.NO_GATHERS, ""), 1 << 20))
@@ -181,15 +182,17 @@ def test_far_gathers_split_across_threads_are_built_lane_by_lane(monkeypatch, th
                         target="cpu", cache=False, threads=threads)
     for exe, tupled in ((rows, False), (tuples, True)):
         stages = [s for k in exe.lowered.kernels for s in kernel_stages(k)]
-        assert any(map(tuple_gathers, stages)) == tupled
-        assert any(map(threaded_gathers, stages)) != tupled
-        marked = _defined_attributes(exe.source("llvm"))
-        split = {name[:-len("_split")] for name in marked if name.endswith("_split")}
-        assert len(split) == (not tupled) and all(marked[name] and not marked[name + "_split"] for name in split)
-        assert any(marked.values())
-        # What main splits across threads is the copy; what it runs whole is the stage itself.
+        assert any(map(threaded_gathers, stages))
         text = exe.source("llvm")
+        marked = _defined_attributes(text)
+        split = {name[:-len("_split")] for name in marked if name.endswith("_split")}
+        assert len(split) == 1 and all(marked[name] and not marked[name + "_split"] for name in split)
+        # What main splits across threads is the copy; what it runs whole is the stage itself.
         assert all(f'@"cinnlite_parallel"(i32 (ptr, i64, i64, ptr)* @"{name}_split"' in text for name in split)
+        copies = re.findall(r'define [^@]*@"(\w+)"\(.*?\n}\n', text, re.S)
+        frozen = {name for name in copies if "freeze" in re.search(
+            r'define [^@]*@"%s"\(.*?\n}\n' % name, text, re.S).group(0)}
+        assert frozen == ({name + "_split" for name in split} if tupled else set())
     for m in (3, 4000):
         i = rng.integers(-512, 512, (m, 2048))
         np.testing.assert_array_equal(rows(x=x, i=i), np.take_along_axis(x, i % 512, axis=0))

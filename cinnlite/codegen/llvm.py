@@ -23,9 +23,9 @@ from ..dtypes import DType, converted, float16, float32, uint64
 from ..ir.loopnest import (Binary, Buffer, Cast, Cmp, Const, FlagIndexError, Math, For, If, Let, Load,
                            LoweredProgram, Prefetch, Reduce, ReportIndexError, Select, Seq, Store, Var)
 from ..ir.passes import CHUNKED_LOOPS, RANGE_BEGIN, RANGE_END
-from ..ir.schedule_cpu import (PARALLEL_MIN_WORK, flagged_index_width, gather_reach, gathers_at_divided_position,
-                               independent_scatter, interleave_once, narrow_gathers, position_facts, stage_extent,
-                               stage_work, threaded_gathers, wide_row_gathers)
+from ..ir.schedule_cpu import (PARALLEL_MIN_WORK, flagged_index_width, gather_reach, independent_scatter,
+                               interleave_once, lane_sum, narrow_gathers, position_facts, stage_extent, stage_work,
+                               threaded_gathers, wide_row_gathers)
 from ..ir.symbolic import is_symbol_load
 from ..ir.transform import buffers_of, data_loads, expr_vars, kernel_stages, map_stmt, walk_stmt
 from .error_record import FIRST_FAILURE
@@ -228,11 +228,11 @@ class _KernelEmitter:
             self.alias[buf.name] = (module.add_metadata([scope]), module.add_metadata(others) if others else None)
         self.vars: dict = {}
         self.lets: dict = {}
-        #: The same variables' ``position_facts`` (for ``gathers_at_divided_position``).
+        #: The same variables' ``position_facts`` (for ``lane_sum``).
         self.let_facts: dict = {}
         #: Whether the function's gathers are built lane by lane (the host's vector gathers are
-        #: microcoded, and the function's attributes do not allow them): where the rules of
-        #: ``gathers_at_divided_position`` apply.
+        #: microcoded, and the function's attributes do not allow them): where ``lane_sum`` and
+        #: ``interleave_once`` apply.
         self.lane_gathers = lane_gathers
         #: While the body of a loop whose iterations are independent is emitted: the access
         #: group its loads and stores belong to (``independent_scatter``).
@@ -289,19 +289,14 @@ class _KernelEmitter:
         return self.b.gep(self.base(buf), [offset], inbounds=True, source_etype=memory_type(buf.dtype))
 
     def _lane_terms(self, buf: Buffer, indices, terms: list, flags) -> list:
-        """The terms of a load's offset, where its gathers are built lane by lane and it
-        ``gathers_at_divided_position``: those of the coordinates that read data or divide added
-        first and their sum frozen (``freeze``), the others after it; else as they are.
-
-        Why: LLVM's instruction combiner splits a pointer to ``base + (a + b)`` into
-        ``(base + a) + b``, and the vectoriser then moves both ``a`` and ``b`` out of their
-        vectors lane by lane, where it adds a sum it cannot split in the vector and moves it
-        out once (a gather along a middle axis of 16-element rows, 1 M float32 elements, two
-        threads on a Zen 4, interleaved: 1.81 -> 1.02 ms). The loop variables stay outside,
-        where the vectoriser still sees a row's elements follow each other."""
-        if not (self.lane_gathers and gathers_at_divided_position(buf, indices, self.let_facts)):
+        """The terms of a load's offset: where its gathers are built lane by lane, those of the
+        coordinates ``lane_sum`` names added first and their sum frozen (``freeze``), the
+        others after it, where the vectoriser still sees a row's elements follow each other;
+        else as they are. (A gather along a middle axis of 16-element rows, 1 M float32
+        elements, two threads on a Zen 4, interleaved: 1.81 -> 1.02 ms.)"""
+        first = lane_sum(buf, indices, self.let_facts) if self.lane_gathers else ()
+        if not first:
             return terms
-        first = [k for k, i in enumerate(indices) if any(position_facts(i, self.let_facts))]
         rest = [t for k, t in enumerate(terms) if k not in first]
         return [self.freeze(self._sum([terms[k] for k in first], flags))] + rest
 
@@ -324,8 +319,10 @@ class _KernelEmitter:
         over numbers (a load in the loop would hide that from LLVM)."""
         return self.sizes[buf.name]
 
-    def load(self, buf, indices):
-        v = self._scoped(buf, self.b.load(self.address(buf, indices, gather=True), typ=memory_type(buf.dtype),
+    def load(self, buf, indices, gather: bool = True):
+        """The element's value; ``gather=False`` for the read of a read-combine-write, whose
+        address stays the one its write computes."""
+        v = self._scoped(buf, self.b.load(self.address(buf, indices, gather), typ=memory_type(buf.dtype),
                                           align=_align(buf.dtype)))
         if buf.dtype.is_bool:
             v = self.b.icmp_unsigned("!=", v, ir.Constant(I8, 0))
@@ -539,7 +536,7 @@ class _KernelEmitter:
         elif isinstance(s, Reduce):
             value = self.expr(s.value)
             if s.combine != "none":
-                old = self.load(s.buffer, s.indices)
+                old = self.load(s.buffer, s.indices, gather=False)
                 op = {"add": "add", "mul": "mul", "max": "max", "min": "min"}[s.combine]
                 value = self.binary(op, s.buffer.dtype, old, value)
             self.store(s.buffer, s.indices, value)

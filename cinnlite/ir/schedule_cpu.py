@@ -568,29 +568,31 @@ def position_facts(e, facts: dict) -> tuple:
     return data, divides
 
 
-def gathers_at_divided_position(buffer, indices, facts: dict) -> bool:
-    """Whether an access of ``buffer`` with these coordinates reads data in one coordinate, and
-    in another divides a loop variable or takes its remainder without reading data (the row or
-    the column of a loop ``collapse_short_loops`` made of two, ``w / E`` or ``w % E``), and its
-    elements are 32 bits or wider (``facts``: the Lets' ``position_facts``): a gather in a
-    collapsed loop, whose lanes each compute their own row of the table and their own column in
-    it (a gather along a middle axis of 16-element rows: ``x[i0, index[i0, w], w % 16]``).
+def lane_sum(buffer, indices, facts: dict) -> tuple:
+    """The positions of the coordinates of a load of ``buffer`` whose sum the LLVM renderer
+    adds first and freezes where the load is a gather built lane by lane (``_lane_terms`` in
+    ``codegen/llvm.py``), or ``()``: the coordinates that read data or divide a loop variable
+    (``position_facts``; ``facts``: the Lets'), where there are two or more and the elements
+    are 32 bits or wider. Such a load is an element of ``gather_nd`` (two indices) or a gather
+    in a loop ``collapse_short_loops`` made of two (an index beside the column ``w % E``).
 
-    Where the host builds gathers lane by lane, such a loop gains from two rules of the LLVM
-    renderer that the vectoriser's defaults do not give: its vector body is not interleaved
-    (``interleave_once``), and the load's coordinates that read data or divide are added up
-    where LLVM cannot split their sum (``address`` in ``codegen/llvm.py``). Narrower elements
-    are inserted into one vector register one after another, a chain that only interleaved
-    vectors overlap: a gather along a middle axis of float16 rows ran 0.62 -> 0.90 ms with one
-    vector a pass."""
-    found = [position_facts(i, facts) for i in indices]
-    return buffer.dtype.itemsize >= 4 and any(data for data, _ in found) and any(
-        divides and not data for data, divides in found)
+    Why: LLVM's instruction combiner splits a pointer to ``base + (a + b)`` into
+    ``(base + a) + b``, and the vectoriser then moves ``a`` and ``b`` out of their vectors
+    lane by lane, one extract per coordinate; a sum it cannot split it adds in the vector and
+    moves out once. Narrower elements gained nothing (a gather along a middle axis of float16
+    rows: 0.62 -> 0.66 ms)."""
+    if buffer.dtype.itemsize < 4:
+        return ()
+    found = tuple(k for k, i in enumerate(indices) if any(position_facts(i, facts)))
+    return found if len(found) >= 2 else ()
 
 
 def interleave_once(loop: For) -> bool:
-    """Whether ``loop`` is an innermost loop with a load that ``gathers_at_divided_position``:
-    its vectorised body should run one vector of iterations a pass, not several interleaved.
+    """Whether ``loop`` is an innermost loop with a gather of elements of 32 bits or wider at
+    an index and a divided column (``position_facts``: one coordinate reads data, another
+    divides the loop variable without reading data, as in a loop ``collapse_short_loops`` made
+    of two: ``x[i0, index[i0, w], w % 16]``): where gathers are built lane by lane, its
+    vectorised body should run one vector of iterations a pass, not several interleaved.
 
     Why: LLVM interleaves a loop that carries a reduction (the index flag) up to four vectors
     a pass, and here each vector's lanes compute a division's remainder and move their
@@ -599,12 +601,19 @@ def interleave_once(loop: For) -> bool:
     this rule alone: a gather along a middle axis of 16-element rows 1.59 -> 1.09 ms, along
     axis 0 of 61-element rows 3.15 -> 2.02 ms. Element gathers whose column is the loop
     variable itself (a gather along axis 0 of 64-element rows, along the last axis, a flattened
-    take) ran 4-12% slower so, and keep the default."""
+    take) ran 4-12% slower so, and element ``gather_nd`` gained nothing consistent; they keep
+    the default. Narrower elements are inserted into one vector register one after another, a
+    chain that only interleaved vectors overlap (float16 rows along a middle axis: 0.62 -> 0.90
+    ms with one vector a pass)."""
     if not _innermost(loop):
         return False
     facts = _over_lets(loop.body, position_facts)
-    return any(gathers_at_divided_position(x.buffer, x.indices, facts) for st in walk_stmt(loop.body)
-               for e in stmt_exprs(st) for x in walk_expr(e) if is_data_load(x))
+    for load in (x for st in walk_stmt(loop.body) for e in stmt_exprs(st) for x in walk_expr(e) if is_data_load(x)):
+        found = [position_facts(i, facts) for i in load.indices]
+        if (load.buffer.dtype.itemsize >= 4 and any(data for data, _ in found)
+                and any(divides and not data for data, divides in found)):
+            return True
+    return False
 
 
 def independent_scatter(loop: For) -> bool:
@@ -706,23 +715,10 @@ def wide_row_gathers(stage) -> bool:
     return found
 
 
-def tuple_gathers(stage) -> bool:
-    """Whether a load of the stage gathers along two or more dimensions at once (``_gathers``):
-    its address is built from an index tuple, as gather_nd's elements are.
-
-    Why: the vectoriser builds a gather it does not emit as a vector gather lane by lane, and
-    extracts every coordinate of every lane on its own; with one coordinate per lane that is
-    one extract per element, with a tuple one per coordinate (``threaded_gathers``)."""
-    gathered = {}
-    for load, dim, _ in _gathers(stage):
-        gathered.setdefault(id(load), set()).add(dim)
-    return any(len(dims) > 1 for dims in gathered.values())
-
-
 def threaded_gathers(stage) -> bool:
     """Whether the stage gathers, and its gathers, if they reach far (``gather_reach``), are
     better built lane by lane where it runs on several threads at once: unless they are narrow
-    (``narrow_gathers``) or take index tuples (``tuple_gathers``).
+    (``narrow_gathers``).
 
     Why: a microcoded vector gather runs on a part of the core that the core's hardware threads
     share. Where vector gathers are microcoded (a Zen 4: two threads, each looping over vector
@@ -732,9 +728,13 @@ def threaded_gathers(stage) -> bool:
     axis 0 of 1 M float32 elements ran in 0.99 ms lane by lane against 1.34 with vector gathers,
     a take of a flattened 2 MB table 0.89 against 1.15, the same of 4 M elements 4.0 against
     5.7; run whole, on one thread, vector gathers stay faster. A gather of 32-bit data through
-    32-bit indices fills sixteen lanes per gather and kept its lead split; one through index
-    tuples ran slower lane by lane (1 M float32 elements: 3.1 ms against 1.8)."""
-    return next(_gathers(stage), None) is not None and not narrow_gathers(stage) and not tuple_gathers(stage)
+    32-bit indices fills sixteen lanes per gather and kept its lead split. One through index
+    tuples (element ``gather_nd``) ran slower lane by lane while each lane moved its two
+    coordinates out of their vectors one by one (1 M float32 elements: 3.1 ms against 1.8);
+    with their sum added first (``lane_sum``) it runs faster so, two threads, 1 M elements,
+    interleaved in one process, two runs: float32 3.86/4.33 -> 3.39/3.42 ms, float64 5.65/6.08
+    -> 4.53/5.05, int32 4.11/5.12 -> 3.30/4.96, int64 6.09/5.66 -> 5.81/5.55."""
+    return next(_gathers(stage), None) is not None and not narrow_gathers(stage)
 
 
 def flagged_index_width(stage) -> int:
