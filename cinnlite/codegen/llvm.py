@@ -228,7 +228,7 @@ class _KernelEmitter:
             self.alias[buf.name] = (module.add_metadata([scope]), module.add_metadata(others) if others else None)
         self.vars: dict = {}
         self.lets: dict = {}
-        #: The same variables' ``position_facts`` (for ``lane_sum``).
+        #: The same variables' ``position_facts`` (for ``lane_sum``), where ``lane_gathers``.
         self.let_facts: dict = {}
         #: Whether the function's gathers are built lane by lane (the host's vector gathers are
         #: microcoded, and the function's attributes do not allow them): where ``lane_sum`` and
@@ -527,10 +527,12 @@ class _KernelEmitter:
         elif isinstance(s, Let):
             for var, value in s.bindings:
                 self.lets[var] = self.expr(value)
-                self.let_facts[var] = position_facts(value, self.let_facts)
+                if self.lane_gathers:
+                    self.let_facts[var] = position_facts(value, self.let_facts)
             self.stmt(s.body)
             for var, _ in s.bindings:
-                del self.lets[var], self.let_facts[var]
+                del self.lets[var]
+                self.let_facts.pop(var, None)
         elif isinstance(s, Store):
             self.store(s.buffer, s.indices, self.expr(s.value))
         elif isinstance(s, Reduce):
