@@ -13,6 +13,7 @@ position, index value) before the function returns 1.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -20,14 +21,14 @@ import numpy as np
 from llvmlite import ir
 
 from ..dtypes import DType, converted, float16, float32, uint64
-from ..ir.loopnest import (Binary, Buffer, Cast, Cmp, Const, FlagIndexError, Math, For, If, Let, Load,
+from ..ir.loopnest import (Binary, Buffer, Cast, Cmp, Const, Every, FlagIndexError, Math, For, If, Let, Load,
                            LoweredProgram, Prefetch, Reduce, ReportIndexError, Select, Seq, Store, Var)
 from ..ir.passes import CHUNKED_LOOPS, RANGE_BEGIN, RANGE_END
 from ..ir.schedule_cpu import (PARALLEL_MIN_WORK, flagged_index_width, gather_reach, independent_scatter,
                                interleave_once, lane_sum, narrow_gathers, position_facts, stage_extent, stage_work,
                                threaded_gathers, wide_row_gathers)
 from ..ir.symbolic import is_symbol_load
-from ..ir.transform import buffers_of, data_loads, expr_vars, kernel_stages, map_stmt, walk_stmt
+from ..ir.transform import buffers_of, data_loads, expr_vars, kernel_stages, map_stmt, sequence, walk_stmt
 from .error_record import FIRST_FAILURE
 from .llvm_call import add_call_entry, renders_call_entry
 from .llvm_sizes import size_renderable, size_value
@@ -392,7 +393,44 @@ class _KernelEmitter:
             return self.cast(self.expr(e.a), e.a.dtype, e.to)
         if isinstance(e, Math):
             return self.math(e.fn, self.expr(e.a))
+        if isinstance(e, Every):
+            return self.every(e)
         raise TypeError(f"cannot render {e!r}")
+
+    def every(self, e: Every):
+        """``Every`` as a loop that ORs a value of each conjunct into a slot of its own
+        (``_fails_with``; no early exit, a reduction LLVM vectorises), then the test of each
+        slot. Values the loop computes stay inside it: the expression's shared nodes are set
+        aside meanwhile, as the loop's body does not dominate what follows it."""
+        b = self.b
+        conjuncts = _conjuncts(e.cond)
+        slots = []
+        for c in conjuncts:
+            with b.goto_block(self.entry):
+                b.position_at_start(self.entry)
+                slots.append(b.alloca(value_type(_accumulated(c)[0].dtype), name="every"))
+        for c, slot in zip(conjuncts, slots):
+            b.store(ir.Constant(slot.allocated_type, 0), slot)
+
+        def body():
+            for c, slot in zip(conjuncts, slots):
+                b.store(b.or_(b.load(slot, typ=slot.allocated_type), self.expr(_accumulated(c)[0])), slot)
+        shared, self._shared = self._shared, {}
+        try:
+            self.loop(For(e.var, e.extent, Seq(())), emit_body=body)
+        finally:
+            self._shared = shared
+        holds = [self._accumulated_holds(c, b.load(slot, typ=slot.allocated_type)) for c, slot in zip(conjuncts, slots)]
+        return holds[0] if len(holds) == 1 else functools.reduce(b.and_, holds)
+
+    def _accumulated_holds(self, cond, total):
+        """Whether every value ``_accumulated(cond)`` ORed into ``total`` says ``cond`` held."""
+        b = self.b
+        _, test = _accumulated(cond)
+        zero = ir.Constant(total.type, 0)
+        if test == "below":
+            return b.icmp_unsigned("<", total, self.expr(cond.b))
+        return b.icmp_signed(">=", total, zero) if test == "sign" else b.icmp_unsigned("==", total, zero)
 
     def compare(self, op, dtype: DType, a, c):
         b = self.b
@@ -576,8 +614,9 @@ class _KernelEmitter:
         k = FIRST_FAILURE.index(name)
         return self.err if k == 0 else self.b.gep(self.err, [ir.Constant(I64, k)], source_etype=I64)
 
-    def loop(self, s: For):
-        if _row_copy(s):
+    def loop(self, s: For, emit_body=None):
+        """``s`` as a loop; its body is ``s.body``, or what ``emit_body()`` emits."""
+        if emit_body is None and _row_copy(s):
             self.copy_row(s)
             return
         b = self.b
@@ -602,7 +641,10 @@ class _KernelEmitter:
         b.cbranch(b.icmp_signed("<", i, extent), body, done)
         b.position_at_end(body)
         loop_id = self._loop_id(s)
-        self.stmt(s.body)
+        if emit_body is None:
+            self.stmt(s.body)
+        else:
+            emit_body()
         self.access_group = None
         i = b.load(slot, typ=I64)
         b.store(b.add(i, ir.Constant(I64, 1), flags=["nsw"]), slot)
@@ -700,6 +742,35 @@ class _KernelEmitter:
             else:
                 b.ret(ir.Constant(I32, 0))
         return self.fn
+
+
+def _conjuncts(cond) -> list:
+    """The operands of a chain of ``and`` (``cond`` itself where it is none)."""
+    if isinstance(cond, Binary) and cond.op == "and":
+        return _conjuncts(cond.a) + _conjuncts(cond.b)
+    return [cond]
+
+
+def _accumulated(cond):
+    """``(value, test)``: what ``Every`` ORs together for a conjunct ``cond`` over its range, and
+    how the total says whether ``cond`` held everywhere. For ``x < s`` in unsigned integers:
+    ``x`` itself where ``s`` is a power of two (the total is below ``s`` exactly when every
+    ``x`` is: ``"below"``), else ``x | (s - 1 - x)``, whose sign bit is set exactly where ``x``
+    lies outside ``[0, s)`` for an ``s`` below half the type's range (``"sign"``); else
+    ``cond == false`` (the total is 0 exactly where it held everywhere: ``"zero"``).
+
+    Why: one OR per vector of indices (an OR, a subtract and an OR), where an unsigned compare
+    takes a sign flip, a compare, a shift and an OR on AVX2: the test of a block of indices is
+    most of what versioning the block costs."""
+    if isinstance(cond, Cmp) and cond.op == "lt" and cond.a.dtype.is_int and not cond.a.dtype.is_signed:
+        x, s = cond.a, cond.b
+        if isinstance(s, Const) and 0 < int(s.value) <= 2 ** (8 * x.dtype.itemsize - 1):
+            if int(s.value) & (int(s.value) - 1) == 0:
+                return x, "below"
+            return Binary("or", x, Binary("sub", Const(int(s.value) - 1, x.dtype), x)), "sign"
+        if not isinstance(s, Const) and x.dtype.itemsize == 8:  # a size, far below 2**63
+            return Binary("or", x, Binary("sub", Binary("sub", s, Const(1, x.dtype)), x)), "sign"
+    return Cmp("eq", cond, Const(False, cond.dtype)), "zero"
 
 
 def _module_global(module, name: str, initial: int):

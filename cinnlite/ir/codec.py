@@ -27,7 +27,7 @@ from .constant import ConstArray
 from .symbolic import Dim
 
 NODE_CLASSES = {cls.__name__: cls for cls in (
-    L.Buffer, L.Const, L.Var, L.Binary, L.Cmp, L.Select, L.Cast, L.Math, L.Load, L.For, L.Store, L.Reduce, L.If,
+    L.Buffer, L.Const, L.Var, L.Binary, L.Cmp, L.Select, L.Cast, L.Math, L.Load, L.Every, L.For, L.Store, L.Reduce, L.If,
     L.Seq, L.Let, L.ReportIndexError, L.FlagIndexError, L.Prefetch, L.IndexCheck, L.Kernel, L.LoweredProgram,
     Dim, G.Tensor, G.Node, G.Program)}
 _FIELDS = {name: tuple(f.name for f in dataclasses.fields(cls)) for name, cls in NODE_CLASSES.items()}

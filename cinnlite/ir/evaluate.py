@@ -41,7 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..dtypes import DType, converted
-from .loopnest import (COMBINES, Binary, Buffer, Cast, Cmp, Const, FlagIndexError, Math, For, If, Kernel, Let, Load,
+from .loopnest import (COMBINES, Binary, Buffer, Cast, Cmp, Const, Every, FlagIndexError, Math, For, If, Kernel, Let, Load,
                        LoweredProgram, Prefetch, Reduce, ReportIndexError, Select, Seq, Store, Var)
 from .passes import RANGE_BEGIN, RANGE_END, _c_div
 from .schedule_cpu import stage_extent
@@ -341,6 +341,20 @@ def _select(ev: Evaluator, e: Select):
     return a if cond else b
 
 
+def _every(ev: Evaluator, e: Every):
+    """Every position evaluated (no early exit, as on the CPU), so each must be in bounds."""
+    outer = ev.env.get(e.var)
+    holds = True
+    for i in range(ev.value(e.extent)):
+        ev.env[e.var] = i
+        holds = bool(ev.value(e.cond)) and holds
+    if outer is None:
+        ev.env.pop(e.var, None)
+    else:
+        ev.env[e.var] = outer
+    return holds
+
+
 def _math(fn: str, value, dtype):
     """``Math``: numpy's function in the value's own float type."""
     with np.errstate(all="ignore"):
@@ -356,6 +370,7 @@ EXPRESSIONS = {
     Cast: lambda ev, e: cast(ev.value(e.a), e.a.dtype, e.to),
     Math: lambda ev, e: _math(e.fn, ev.value(e.a), e.dtype),
     Load: lambda ev, e: ev.load(e.buffer, e.indices),
+    Every: _every,
 }
 
 

@@ -157,6 +157,23 @@ class Load(Expr):
         return self.buffer.dtype
 
 
+@dataclass(frozen=True)
+class Every(Expr):
+    """Whether ``cond`` holds for every ``var`` in ``[0, extent)`` (true for an empty range);
+    ``var`` is bound inside ``cond`` only. The CPU evaluates it as a loop that ORs the failures
+    together (vectorised, no early exit), so its ``cond`` must be safe to evaluate at every
+    ``var``. Only the CPU schedule creates it, as the condition of an ``If`` (see
+    ``schedule_cpu.version_checked_loops``)."""
+
+    var: Var
+    extent: Expr
+    cond: Expr
+
+    @property
+    def dtype(self) -> DType:
+        return bool_
+
+
 def dim_mul(a, b):
     """The product of two sizes (ints or int64 expressions), an int when both are."""
     if isinstance(a, int) and isinstance(b, int):

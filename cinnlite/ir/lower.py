@@ -187,6 +187,32 @@ def out_of_range(raw, size):
     return Cmp("ge", Binary("add", w, s), const(2 * size, uint64) if _static(size) else Binary("add", s, s))
 
 
+def checked_bound(cond):
+    """``(raw, size)`` where ``cond`` is ``out_of_range(raw, size)`` of an index load ``raw``
+    (``size`` an int or an int64 expression); None for any other condition. Every candidate
+    is confirmed by building the test again, so a condition of another shape is never misread.
+
+    Why: a schedule that proves a block of indices lies in ``[0, size)`` may drop the tests and
+    the position arithmetic that guard them (``schedule_cpu.version_checked_loops``)."""
+    if isinstance(cond, Binary) and cond.op == "or" and isinstance(cond.b, Cmp):
+        value, size = cond.b.a, cond.b.b            # int8/16/32: v < -size || v >= size
+    elif isinstance(cond, Cmp) and cond.op == "ge" and isinstance(cond.a, Binary) and cond.a.op == "add":
+        value, size = cond.a.a, cond.a.b            # int64: uint64(v) + size >= 2 size
+        value = value.a if isinstance(value, Cast) else value
+    elif isinstance(cond, Cmp) and cond.op == "ge":
+        value, size = cond.a, cond.b                # unsigned: w >= size
+    else:
+        return None
+    raw = value.a if isinstance(value, Cast) else value
+    if isinstance(size, Const):
+        size = int(size.value)
+    elif isinstance(size, Cast) and size.to == uint64:
+        size = size.a
+    if not isinstance(raw, Load) or not raw.dtype.is_int or out_of_range(raw, size) != cond:
+        return None
+    return raw, size
+
+
 class LoweringContext:
     """What the kernels of one program share while it is lowered: the table of index checks,
     whose ids number the ``mode="raise"`` checks in program order."""

@@ -14,7 +14,7 @@ from dataclasses import replace
 from ..dtypes import bool_, int64, uint64
 from ..errors import CompileError
 from .symbolic import SYMBOL_BUFFER_PREFIX, symbol_buffer
-from .loopnest import (Binary, Buffer, Cast, Cmp, Const, For, If, Kernel, Let, Load, LoweredProgram, Prefetch, Reduce,
+from .loopnest import (Binary, Buffer, Cast, Cmp, Const, Every, For, If, Kernel, Let, Load, LoweredProgram, Prefetch, Reduce,
                        Select, Seq, Store, Var)
 from .transform import map_stmt, stmt_exprs, substitute, walk_expr
 
@@ -145,6 +145,7 @@ def verify(kernel: Kernel) -> Kernel:
         raise CompileError(f"loop-nest verifier, kernel {kernel.name}: {msg}")
 
     def check_expr(e, bound):
+        bound = bound | {x.var for x in walk_expr(e) if isinstance(x, Every)}
         for x in walk_expr(e):
             if isinstance(x, Var) and x not in bound:
                 fail(f"unbound variable {x.name}")

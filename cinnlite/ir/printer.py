@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from .graph import display_name
 from .symbolic import is_symbol_load
-from .loopnest import (Binary, Cast, Cmp, Const, FlagIndexError, For, If, Kernel, Let, Load, LoweredProgram, Math,
+from .loopnest import (Binary, Cast, Cmp, Const, Every, FlagIndexError, For, If, Kernel, Let, Load, LoweredProgram, Math,
                        Prefetch, Reduce, ReportIndexError, Select, Seq, Store, Var)
 
 _INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "mod": "%", "and": "&&", "or": "||"}
@@ -29,6 +29,8 @@ def expr_str(e) -> str:
         return f"{e.to}({expr_str(e.a)})"
     if isinstance(e, Math):
         return f"{e.fn}({expr_str(e.a)})"
+    if isinstance(e, Every):
+        return f"every({e.var.name} in 0..{expr_str(e.extent)}: {expr_str(e.cond)})"
     if is_symbol_load(e):
         return e.buffer.name  # a symbolic size: #E
     if isinstance(e, Load):

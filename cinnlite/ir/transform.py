@@ -11,7 +11,7 @@ here is bounded by the size of one operator's expressions, never by the size of 
 from __future__ import annotations
 
 from .symbolic import is_symbol_load
-from .loopnest import (Binary, Cast, Cmp, Const, Expr, FlagIndexError, For, If, Let, Load, Math, Prefetch, Reduce,
+from .loopnest import (Binary, Cast, Cmp, Const, Every, Expr, FlagIndexError, For, If, Let, Load, Math, Prefetch, Reduce,
                        ReportIndexError, Select, Seq, Store, Var, as_expr, const, dim_mul)
 
 
@@ -38,6 +38,8 @@ def map_expr(e, fn):
             out = fn(Math(x.fn, visit(x.a)))
         elif isinstance(x, Load):
             out = fn(Load(x.buffer, tuple(visit(i) for i in x.indices)))
+        elif isinstance(x, Every):
+            out = fn(Every(x.var, visit(x.extent), visit(x.cond)))
         else:
             raise TypeError(f"not an expression: {x!r}")
         memo[key] = (x, out)  # keeps x alive, so its id is not reused during the walk
@@ -116,6 +118,8 @@ def walk_expr(e):
             stack.append(x.a)
         elif isinstance(x, Load):
             stack += reversed(x.indices)
+        elif isinstance(x, Every):
+            stack += (x.cond, x.extent)
 
 
 def expr_size(e, limit: int) -> int:
