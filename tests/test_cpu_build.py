@@ -518,7 +518,10 @@ def test_short_element_loops_run_as_one_loop(inner, index_dtype):
     equal numpy's with the first, last and negative indices, and a bad index is reported at its
     own position, as with the loops apart."""
     exe = cl.compile(_middle_gather(7, inner, index_dtype), cache=False, threads=1)
-    assert _gather_loop_extents(exe) in ([5, 17 * inner], [5 * 17 * inner])
+    if inner == 16 and index_dtype == "int64":  # a whole_vector_loop, versioned per row
+        assert _gather_loop_extents(exe) == [5, 17, 16, 16]
+    else:
+        assert _gather_loop_extents(exe) in ([5, 17 * inner], [5 * 17 * inner])
     rng = np.random.default_rng(inner)
     xs = rng.random((5, 7, inner)).astype(np.float32)
     low = 0 if index_dtype == "uint8" else -7
@@ -528,6 +531,28 @@ def test_short_element_loops_run_as_one_loop(inner, index_dtype):
     i[3, 9, inner // 2] = 7
     with pytest.raises(cl.IndexOutOfRangeError, match=re.escape(f"position (3, 9, {inner // 2})")):
         exe(x=xs, i=i)
+
+
+@pytest.mark.parametrize("inner", [16, 32])
+@pytest.mark.parametrize("mode", ["raise", "clip", "wrap", "fill"])
+def test_short_loops_of_int64_indices_run_as_whole_vectors(inner, mode):
+    """A short inner loop of a power-of-two count of 16 or more that gathers through int64
+    indices keeps its loop, vectorised as one vector of its count (``whole_vector_loop``); the
+    same loop through int32 indices is collapsed. Results are numpy's in every mode."""
+    exe = cl.compile(_middle_gather(7, inner, "int64", mode), cache=False, threads=1)
+    assert _gather_loop_extents(exe)[:3] == [5, 17, inner]
+    assert f'!"llvm.loop.vectorize.width", i32 {inner} ' in exe.source("llvm")
+    narrow = cl.compile(_middle_gather(7, inner, "int32", mode), cache=False, threads=1)
+    assert _gather_loop_extents(narrow) in ([5, 17 * inner], [5 * 17 * inner])
+    rng = np.random.default_rng(inner)
+    xs = rng.random((5, 7, inner)).astype(np.float32)
+    i = rng.integers(-7, 7, (5, 17, inner)) if mode == "raise" else rng.integers(-20, 20, (5, 17, inner))
+    resolved = {"raise": i % 7, "wrap": i % 7, "clip": np.clip(i, 0, 6), "fill": np.where((i >= -7) & (i < 7), i % 7, 0)}
+    expected = np.take_along_axis(xs, resolved[mode], axis=1)
+    if mode == "fill":
+        expected = np.where((i >= -7) & (i < 7), expected, 0)
+    np.testing.assert_array_equal(exe(x=xs, i=i), expected)
+    np.testing.assert_array_equal(narrow(x=xs, i=i.astype(np.int32)), expected)
 
 
 @pytest.mark.parametrize("mode", ["clip", "wrap", "fill"])
@@ -570,7 +595,7 @@ def test_gathers_in_collapsed_loops_add_up_their_lane_coordinates_first(monkeypa
     rng = np.random.default_rng(len(dtype) + len(index_dtype))
     applies = np.dtype(dtype).itemsize >= 4 and not (np.dtype(dtype).itemsize == 4 and index_dtype == "int32"
                                                        and dtype != "complex64")
-    for inner, mode in ((16, "raise"), (13, "wrap"), (61, "clip"), (16, "fill")):
+    for inner, mode in ((8, "raise"), (13, "wrap"), (61, "clip"), (8, "fill")):
         b = cl.NetBuilder("middle")
         x = b.create_input(dtype, (4, 9, inner), "x")
         i = b.create_input(index_dtype, (4, 23, inner), "i")
@@ -616,7 +641,7 @@ def test_the_collapsed_gather_rules_need_a_divided_column_and_lane_gathers(monke
 
     _lane_gather_host(monkeypatch)
     rng = np.random.default_rng(2)
-    middle, rows = (6, 40, 16), (40, 64)
+    middle, rows = (6, 40, 8), (40, 64)
     for axis, shape, chained, applies in ((1, middle, False, True), (1, middle, True, True),
                                           (0, rows, False, False), (1, rows, False, False)):
         xs, idx = rng.random(shape).astype(np.float32), rng.integers(0, min(shape), shape)

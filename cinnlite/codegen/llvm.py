@@ -26,7 +26,7 @@ from ..ir.loopnest import (Binary, Buffer, Cast, Cmp, Const, Every, FlagIndexErr
 from ..ir.passes import CHUNKED_LOOPS, RANGE_BEGIN, RANGE_END
 from ..ir.schedule_cpu import (PARALLEL_MIN_WORK, flagged_index_width, gather_reach, independent_scatter,
                                interleave_once, lane_sum, narrow_gathers, position_facts, stage_extent, stage_work,
-                               threaded_gathers, wide_row_gathers)
+                               threaded_gathers, whole_vector_loop, wide_row_gathers)
 from ..ir.symbolic import is_symbol_load
 from ..ir.transform import buffers_of, data_loads, expr_vars, kernel_stages, map_stmt, sequence, walk_stmt
 from .error_record import FIRST_FAILURE
@@ -681,13 +681,16 @@ class _KernelEmitter:
         iterations touch distinct elements (``independent_scatter``), that the accesses of the
         group it starts (``access_group``) carry no dependence from one iteration to another;
         for one that ``interleave_once``, where gathers are built lane by lane, that its vector
-        body is not interleaved."""
+        body is not interleaved; for a ``whole_vector_loop``, that it is one vector of its
+        count, not interleaved."""
         module = self.fn.module
         properties = []
         if independent_scatter(s):
             self.access_group = _DistinctNode(module)
             properties.append([ir.MetaDataString(module, "llvm.loop.parallel_accesses"), self.access_group])
-        if self.lane_gathers and interleave_once(s):
+        if whole_vector_loop(s):
+            properties.append([ir.MetaDataString(module, "llvm.loop.vectorize.width"), ir.Constant(I32, s.extent.value)])
+        if self.lane_gathers and interleave_once(s) or whole_vector_loop(s):
             properties.append([ir.MetaDataString(module, "llvm.loop.interleave.count"), ir.Constant(I32, 1)])
         if not properties:
             return None
