@@ -28,7 +28,7 @@ from ..ir.schedule_cpu import (PARALLEL_MIN_WORK, flagged_index_width, gather_re
                                interleave_once, lane_sum, narrow_gathers, position_facts, stage_extent, stage_work,
                                threaded_gathers, whole_vector_loop, wide_row_gathers)
 from ..ir.symbolic import is_symbol_load
-from ..ir.transform import buffers_of, data_loads, expr_vars, kernel_stages, map_stmt, sequence, walk_stmt
+from ..ir.transform import buffers_of, data_loads, expr_vars, kernel_stages, map_stmt, walk_stmt
 from .error_record import FIRST_FAILURE
 from .llvm_call import add_call_entry, renders_call_entry
 from .llvm_sizes import size_renderable, size_value
@@ -399,7 +399,7 @@ class _KernelEmitter:
 
     def every(self, e: Every):
         """``Every`` as a loop that ORs a value of each conjunct into a slot of its own
-        (``_fails_with``; no early exit, a reduction LLVM vectorises), then the test of each
+        (``_accumulated``; no early exit, a reduction LLVM vectorises), then the test of each
         slot. Values the loop computes stay inside it: the expression's shared nodes are set
         aside meanwhile, as the loop's body does not dominate what follows it."""
         b = self.b

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..dtypes import bool_, int64, uint32, uint64
-from .loopnest import (Binary, Buffer, Cast, Cmp, Const, Every, Expr, FlagIndexError, For, If, Kernel, Let, Load,
+from .loopnest import (Binary, Buffer, Cast, Cmp, Const, Every, FlagIndexError, For, If, Kernel, Let, Load,
                        Prefetch, Reduce, ReportIndexError, Select, Seq, Store, Var, as_expr, dim_mul, let, logical_and)
 from .lower import checked_bound
 from .passes import CHUNKED_LOOPS, RANGE_BEGIN, RANGE_END, simplify_expr
