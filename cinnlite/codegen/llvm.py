@@ -688,9 +688,10 @@ class _KernelEmitter:
         if independent_scatter(s):
             self.access_group = _DistinctNode(module)
             properties.append([ir.MetaDataString(module, "llvm.loop.parallel_accesses"), self.access_group])
-        if whole_vector_loop(s):
+        whole = whole_vector_loop(s)
+        if whole:
             properties.append([ir.MetaDataString(module, "llvm.loop.vectorize.width"), ir.Constant(I32, s.extent.value)])
-        if self.lane_gathers and interleave_once(s) or whole_vector_loop(s):
+        if whole or self.lane_gathers and interleave_once(s):
             properties.append([ir.MetaDataString(module, "llvm.loop.interleave.count"), ir.Constant(I32, 1)])
         if not properties:
             return None

@@ -947,9 +947,9 @@ def _check_in_blocks(loop):
 
 
 def _in_blocks(loop: For, size, block):
-    """``loop`` as ``for b { block(over) }``, over blocks of ``size`` iterations (the last one
-    shorter where ``size`` does not divide the extent); ``over(var, stmts)`` is the loop of
-    ``stmts`` over the block's iterations, ``loop``'s variable taken as ``first + var``
+    """``loop`` as ``for b { block(over, first, count) }``, over blocks of ``size`` iterations
+    (the last one shorter where ``size`` does not divide the extent); ``over(var, stmts)`` is
+    the loop of ``stmts`` over the block's iterations, ``loop``'s variable taken as ``first + var``
     (``first = b * size``), and ``count`` their number."""
     extent, name = loop.extent, loop.var.name
     block_var = Var(f"{name}_cblock")
@@ -1005,10 +1005,10 @@ def _tests_tuples(flags) -> bool:
 
 
 def _block_size(loop, block: int = CHECK_BLOCK):
-    """How many iterations of ``loop`` a block of ``_check_in_blocks`` takes (a Const, or an
-    expression of the symbolic sizes), or None where the loop is too short to block.
-    ``CHECK_BLOCK``, except in a loop the runtime splits across threads (``parallel``), whose
-    blocks are what threads share: there at most a ``SPLIT_BLOCKS``-th of the extent (200 rows
+    """How many iterations of ``loop`` a block takes (a Const, or an expression of the symbolic
+    sizes), or None where the loop is too short to block: ``block`` (``CHECK_BLOCK`` for
+    ``_check_in_blocks``, ``VERSION_BLOCK`` for ``version_checked_loops``), except in a loop
+    the runtime splits across threads (``parallel``), whose blocks are what threads share: there at most a ``SPLIT_BLOCKS``-th of the extent (200 rows
     in blocks of 64 would be four shares, two of them uneven, for any number of threads). A
     ``parallel_rows`` loop is split by output row, each chunk walking every update: its blocks
     are not shared out."""
@@ -1089,7 +1089,7 @@ def version_checked_loops(kernel: Kernel) -> Kernel:
     loads are built lane by lane, and fewer instructions per element keep more of its loads in
     flight. The block's test is one vectorised pass over indices that stay in L1 for its
     elements. Interleaved runs, two threads on a Zen 3, 1 M float32 elements: see the README's
-    CPU schedule section."""
+    Performance section (versioned blocks of checked indices)."""
     stages = [_rewrite_loops(stage, _versioned, _is_flag) for stage in kernel_stages(kernel)]
     return replace(kernel, body=Seq(tuple(stages)))
 
@@ -1218,9 +1218,9 @@ def _decided_by_sizes(x, below):
     if not isinstance(x, Cmp):
         return x
     a = x.a
-    if isinstance(a, Binary) and a.op == "add" and x.op == "ge" and checked_bound(x) is not None:
-        a = a.a  # uint64(v) + size >= 2 size: false for any v in [0, size)
-        return Const(False, bool_) if below(a) and checked_bound(x)[1] in below(a) else x
+    bound = checked_bound(x) if isinstance(a, Binary) and a.op == "add" and x.op == "ge" else None
+    if bound is not None:  # uint64(v) + size >= 2 size: false for any v in [0, size)
+        return Const(False, bool_) if bound[1] in below(a.a) else x
     sizes = below(a)
     if not sizes:
         return x
