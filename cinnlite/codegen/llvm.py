@@ -64,11 +64,13 @@ def _align(dtype: DType):
     return dtype.bits // 16 if dtype.is_complex else None
 
 
-#: The longest row (bytes) of a constant count that ``_row_copy`` hands to ``llvm.memcpy``:
-#: LLVM expands copies up to eight of the target's widest moves inline (256 bytes with AVX;
-#: without AVX it calls memcpy for the longer ones); a longer row keeps its loop, which the
-#: vectoriser runs in full vectors with a short remainder.
+#: The longest row (bytes) of a constant count that ``_row_copy`` copies as a run of moves
+#: (``copy_row``): eight AVX moves; a longer row keeps its loop, which the vectoriser runs in
+#: full vectors with a short remainder.
 ROW_COPY_BYTES = 256
+#: The widest move of a row copy: an AVX register. LLVM splits it in two where the target has
+#: only SSE, which keeps the order of the moves.
+ROW_MOVE_BYTES = 32
 
 
 def _row_copy(s: For) -> bool:
@@ -655,9 +657,8 @@ class _KernelEmitter:
         del self.vars[s.var]
 
     def copy_row(self, s: For):
-        """A ``_row_copy`` loop as one ``llvm.memcpy`` of its bytes, which LLVM expands inline
-        into the widest moves that cover the row for a constant count (an odd count ends with
-        an overlapping one), and makes a call of the C library's memcpy for a symbolic one.
+        """A ``_row_copy`` loop as a run of moves of its bytes for a constant count
+        (``_ascending_moves``), and as a call of the C library's memcpy for a symbolic one.
 
         Why: the vectoriser leaves a short loop of a count that is not a multiple of its lanes
         scalar, an element per iteration: rows of 13 float32 took 6 instructions per element
@@ -667,11 +668,32 @@ class _KernelEmitter:
         src = self._row_start(load.buffer, load.indices)
         itemsize = store.buffer.dtype.itemsize
         if isinstance(s.extent, Const):
-            nbytes = ir.Constant(I64, s.extent.value * itemsize)
-        else:
-            nbytes = self.b.mul(self.expr(s.extent), ir.Constant(I64, itemsize), flags=["nsw", "nuw"])
+            self._ascending_moves(dst, src, s.extent.value * itemsize)
+            return
+        nbytes = self.b.mul(self.expr(s.extent), ir.Constant(I64, itemsize), flags=["nsw", "nuw"])
         memcpy = declared(self.fn.module, "llvm.memcpy.p0.p0.i64", ir.VoidType(), [PTR, PTR, I64, ir.IntType(1)])
         self.b.call(memcpy, [dst, src, nbytes, ir.Constant(ir.IntType(1), 0)])
+
+    def _ascending_moves(self, dst, src, nbytes: int):
+        """Copy ``nbytes`` (a constant) from ``src`` to ``dst`` with moves of the largest power
+        of two up to ``ROW_MOVE_BYTES`` that fits, from the first byte up, each move a load and
+        its store; where they do not tile the row, the last move ends at its last byte and
+        overlaps the one before (``dst`` overlaps no input, so it writes the same bytes again).
+
+        Why not ``llvm.memcpy`` of the constant size: LLVM expands it into the same moves, but
+        schedules them from the row's end down, four loads ahead of their stores. A take of
+        64-float32 rows (1 M elements, one thread, a Zen VM) ran in 1.74-1.81 ms so, 1.15-1.38
+        ms with the moves in order, as TVM's loop (1.14-1.26 ms)."""
+        width = min(ROW_MOVE_BYTES, 1 << (nbytes.bit_length() - 1))
+        vector = ir.VectorType(ir.IntType(8), width)
+        starts = list(range(0, nbytes - width + 1, width))
+        if starts[-1] + width < nbytes:
+            starts.append(nbytes - width)
+        for start in starts:
+            offset = ir.Constant(I64, start)
+            value = self.b.load(self.b.gep(src, [offset], inbounds=True, source_etype=ir.IntType(8)), typ=vector)
+            value.align = 1
+            self.b.store(value, self.b.gep(dst, [offset], inbounds=True, source_etype=ir.IntType(8))).align = 1
 
     def _row_start(self, buf: Buffer, indices):
         return self.address(buf, tuple(indices[:-1]) + (Const(0),))
