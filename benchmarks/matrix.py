@@ -10,10 +10,10 @@ It prints one row per cell (cinnlite's median, the best peer's, their ratio, and
 16 MB or more the share of the copy bandwidth of the same bytes), then the geometric mean of
 the ratios, the worst cell and the number of cells below 1.0x. Timing: each implementation
 first runs for ``WARMUP_S`` (the steady state of repeated calls is measured); then they
-take turns sample by sample (the copy ceiling too), 5 ms apart so that one library's spinning
-threads settle before the next runs; a sample is a batch of calls, the same number for every
-implementation, enough for the fastest to take ``SAMPLE_S``, so that calls of a few
-microseconds are timed too.
+take turns sample by sample (the copy ceiling too), ``timing.SETTLE_S`` (15 ms) apart so that
+one library's spinning threads settle before the next runs; a sample is a batch of calls, the
+same number for every implementation, enough for the fastest to take ``SAMPLE_S``, so that
+calls of a few microseconds are timed too.
 """
 from __future__ import annotations
 
@@ -31,9 +31,9 @@ import libraries
 from arrays import aligned_empty
 from machine import machine_info, print_machine
 from matrix_cells import Impl, build_case, matrix_cells
+from timing import SETTLE_S
 
 SAMPLE_S = 5e-4
-PAUSE_S = 0.005
 #: Each implementation first runs back to back for this long (its allocator, its thread pool
 #: and its caches warm; cinnlite's symbolic builds reach their hot-size static code): the matrix
 #: measures the steady state of repeated calls, not the first few.
@@ -111,7 +111,7 @@ def time_cell(impls: list, rounds: int) -> dict:
     samples = {impl.name: [] for impl in impls}
     for k in range(rounds):
         for impl in (impls if k % 2 == 0 else impls[::-1]):
-            time.sleep(PAUSE_S)
+            time.sleep(SETTLE_S)
             run = impl.run
             t0 = time.perf_counter()
             for _ in range(n):
