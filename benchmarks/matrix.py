@@ -10,7 +10,7 @@ It prints one row per cell (cinnlite's median, the best peer's, their ratio, and
 16 MB or more the share of the copy bandwidth of the same bytes), then the geometric mean of
 the ratios, the worst cell and the number of cells below 1.0x. Timing: each implementation
 first runs for ``WARMUP_S`` (the steady state of repeated calls is measured); then they
-take turns sample by sample (the copy ceiling too), ``timing.SETTLE_S`` (15 ms) apart so that
+take turns sample by sample (the copy ceiling too), ``PAUSE_S`` (15 ms) apart so that
 one library's spinning threads settle before the next runs; a sample is a batch of calls, the
 same number for every implementation, enough for the fastest to take ``SAMPLE_S``, so that
 calls of a few microseconds are timed too.
@@ -31,9 +31,14 @@ import libraries
 from arrays import aligned_empty
 from machine import machine_info, print_machine
 from matrix_cells import Impl, build_case, matrix_cells
-from timing import SETTLE_S
 
 SAMPLE_S = 5e-4
+#: The pause before each timed sample, so that the previous implementation's idle threads have
+#: stopped spinning before the next one runs: PyTorch's OpenMP workers go on spinning for 6-9 ms
+#: of CPU time after a call on the 2-core Xeon VM (their threads' schedstat over 50 ms after one
+#: call; TVM's 0.3 ms, cinnlite's helpers under 1 ms), so the 5 ms this once was left them on a
+#: core through the first milliseconds of the next sample, TVM's where it followed PyTorch's.
+PAUSE_S = 0.015
 #: Each implementation first runs back to back for this long (its allocator, its thread pool
 #: and its caches warm; cinnlite's symbolic builds reach their hot-size static code): the matrix
 #: measures the steady state of repeated calls, not the first few.
@@ -111,7 +116,7 @@ def time_cell(impls: list, rounds: int) -> dict:
     samples = {impl.name: [] for impl in impls}
     for k in range(rounds):
         for impl in (impls if k % 2 == 0 else impls[::-1]):
-            time.sleep(SETTLE_S)
+            time.sleep(PAUSE_S)
             run = impl.run
             t0 = time.perf_counter()
             for _ in range(n):

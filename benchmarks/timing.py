@@ -19,13 +19,6 @@ from peers import Impl
 from workloads import SEED, Workload
 
 OVERHEAD_BATCHES = 20
-#: The matrix's pause before each timed sample, so that the previous implementation's idle
-#: threads have stopped spinning before the next one runs: PyTorch's OpenMP workers go on
-#: spinning for 6-9 ms of CPU time after a call on the 2-core Xeon VM (their threads' schedstat
-#: over 50 ms after one call; TVM's 0.3 ms, cinnlite's helpers under 1 ms), so the 5 ms this
-#: once was left them on a core through the first milliseconds of the next sample, TVM's where
-#: it followed PyTorch's.
-SETTLE_S = 0.015
 
 
 def copy_ceiling_impl(bytes_moved: int) -> Impl:
