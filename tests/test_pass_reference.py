@@ -28,7 +28,7 @@ from cinnlite.ir.evaluate import EvaluationError, FailedCheck, binary, cast, eva
 from cinnlite.ir.fusion import inline_computes
 from cinnlite.ir.loopnest import Binary, FlagIndexError, Store
 from cinnlite.ir.lower import lower_program
-from cinnlite.backends.cpu import CPU_PIPELINE
+from cinnlite.backends.cpu import CPU_PIPELINE, LANE_GATHER_PIPELINE
 from cinnlite.backends.gpu import GPU_PIPELINE, GPU_PIPELINE_DETERMINISTIC
 from cinnlite.ir.passes import run_pipeline
 from cinnlite.ir.transform import map_stmt
@@ -50,6 +50,7 @@ def fuse_for(keep_index_buffers):
 PIPELINES = {
     "cpu": ("stop", (fuse_for(False),) + tuple(map(one_pass, CPU_PIPELINE))),
     "cpu-unfused": ("stop", tuple(map(one_pass, CPU_PIPELINE))),
+    "cpu-lane-gathers": ("stop", (fuse_for(False),) + tuple(map(one_pass, LANE_GATHER_PIPELINE))),
     "gpu": ("record", (fuse_for(True),) + tuple(map(one_pass, GPU_PIPELINE))),
     "gpu-deterministic": ("record", (fuse_for(True),) + tuple(map(one_pass, GPU_PIPELINE_DETERMINISTIC))),
 }
@@ -210,6 +211,23 @@ def gather_wrap_int8():
     X = (np.arange(12) * 23 - 128).astype(np.int8).reshape(3, 4)
     return Case(b.build(), lambda v: (R.gather(v["x"], v["i"], axis=1, mode="wrap"),),
                 [dict(x=X, i=ints([[0, -1], [5, -6], [13, 2]], "int32"))])
+
+
+@cases("gather_odd_rows", R.MODES)
+def gather_odd_rows(mode):
+    """Rows of 13 gathered through int64 indices: a ``masked_vector_loop`` on a host whose vector
+    gathers are in use (its own loop, versioned whole), collapsed where they are built lane by
+    lane."""
+    b = NetBuilder("gather_odd_rows")
+    x, i = b.create_input("float32", (5, 13), "x"), b.create_input("int64", (3, 13), "i")
+    b.gather(x, i, axis=0, mode=mode, fill_value=2.5, name="g")
+    X = floats((5, 13))
+    valid = ints([[(3 * k) % 5 - (k % 2) * 5 for k in range(13)] for _ in range(3)])
+    bad = valid.copy()
+    bad[1, 7], bad[2, 0] = 9, -6
+    errors = [None, ("gather 'g'", "i", (1, 7), 9) if mode == "raise" else None]
+    return Case(b.build(), lambda v: (R.gather(v["x"], v["i"], axis=0, mode=mode, fill_value=2.5),),
+                [dict(x=X, i=valid), dict(x=X, i=bad)], errors)
 
 
 @case

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from ..codegen.llvm import LLVMRenderer
 from ..ir.passes import remove_unit_loops, simplify, verify
-from ..ir.schedule_cpu import (collapse_short_loops, defer_index_checks, prefetch_gathers, schedule_cpu, stream_rows,
-                                version_checked_loops)
+from ..ir.schedule_cpu import (collapse_short_loops, collapse_short_loops_lane_gathers, defer_index_checks,
+                                prefetch_gathers, schedule_cpu, stream_rows, version_checked_loops)
 from ..runtime.cpu import (MAX_OBJECT_ARGS, CPUExecutable, array_data_offset, build_from_entry, build_module,
                            far_gathers, host_environment, host_target)
 from .base import Backend, Compilation, CompileOptions
@@ -18,6 +18,10 @@ from .base import Backend, Compilation, CompileOptions
 #: The CPU's passes, in order (see ``cinnlite/ir/schedule_cpu.py``).
 CPU_PIPELINE = (remove_unit_loops, simplify, verify, schedule_cpu, defer_index_checks, stream_rows, prefetch_gathers,
                 collapse_short_loops, version_checked_loops, verify)
+#: ... on a host whose vector gathers are microcoded (``far_gathers``): short loops that would
+#: be masked vectors collapse as well.
+LANE_GATHER_PIPELINE = tuple(collapse_short_loops_lane_gathers if p is collapse_short_loops else p
+                             for p in CPU_PIPELINE)
 
 
 class CPUBackend(Backend):
@@ -27,7 +31,7 @@ class CPUBackend(Backend):
     executable = CPUExecutable
 
     def pipeline(self, options: CompileOptions) -> tuple:
-        return CPU_PIPELINE
+        return CPU_PIPELINE if far_gathers() is None else LANE_GATHER_PIPELINE
 
     def renderer(self, job: Compilation) -> LLVMRenderer:
         """For this CPU; with an entry that takes numpy arrays, where ctypes can pass them all."""

@@ -24,9 +24,10 @@ from ..dtypes import DType, converted, float16, float32, uint64
 from ..ir.loopnest import (Binary, Buffer, Cast, Cmp, Const, Every, FlagIndexError, Math, For, If, Let, Load,
                            LoweredProgram, Prefetch, Reduce, ReportIndexError, Select, Seq, Store, Var)
 from ..ir.passes import CHUNKED_LOOPS, RANGE_BEGIN, RANGE_END
-from ..ir.schedule_cpu import (PARALLEL_MIN_WORK, flagged_index_width, gather_reach, independent_scatter,
-                               interleave_once, lane_sum, narrow_gathers, position_facts, stage_extent, stage_work,
-                               threaded_gathers, whole_vector_loop, wide_row_gathers)
+from ..ir.schedule_cpu import (MASKED_VECTOR_LANES, PARALLEL_MIN_WORK, flagged_index_width, gather_reach,
+                               independent_scatter, interleave_once, lane_sum, masked_vector_loop, narrow_gathers,
+                               position_facts, stage_extent, stage_work, threaded_gathers, whole_vector_loop,
+                               wide_row_gathers)
 from ..ir.symbolic import is_symbol_load
 from ..ir.transform import buffers_of, data_loads, expr_vars, kernel_stages, map_stmt, walk_stmt
 from .error_record import FIRST_FAILURE
@@ -706,16 +707,23 @@ class _KernelEmitter:
         group it starts (``access_group``) carry no dependence from one iteration to another;
         for one that ``interleave_once``, where gathers are built lane by lane, that its vector
         body is not interleaved; for a ``whole_vector_loop``, that it is one vector of its
-        count, not interleaved."""
+        count, not interleaved; for a ``masked_vector_loop``, where the host's vector gathers
+        are in use, vectors of ``MASKED_VECTOR_LANES``, the last one masked (LLVM's tail
+        folding), not interleaved (built lane by lane, a masked gather would test each lane's
+        mask with a branch)."""
         module = self.fn.module
         properties = []
         if independent_scatter(s):
             self.access_group = _DistinctNode(module)
             properties.append([ir.MetaDataString(module, "llvm.loop.parallel_accesses"), self.access_group])
         whole = whole_vector_loop(s)
-        if whole:
-            properties.append([ir.MetaDataString(module, "llvm.loop.vectorize.width"), ir.Constant(I32, s.extent.value)])
-        if whole or self.lane_gathers and interleave_once(s):
+        masked = not self.lane_gathers and masked_vector_loop(s)
+        if whole or masked:
+            width = s.extent.value if whole else MASKED_VECTOR_LANES
+            properties.append([ir.MetaDataString(module, "llvm.loop.vectorize.width"), ir.Constant(I32, width)])
+        if masked:
+            properties.append([ir.MetaDataString(module, "llvm.loop.vectorize.predicate.enable"), ir.Constant(I1, 1)])
+        if whole or masked or self.lane_gathers and interleave_once(s):
             properties.append([ir.MetaDataString(module, "llvm.loop.interleave.count"), ir.Constant(I32, 1)])
         if not properties:
             return None
