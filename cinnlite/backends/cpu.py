@@ -8,20 +8,26 @@ from __future__ import annotations
 
 from ..codegen.llvm import LLVMRenderer
 from ..ir.passes import remove_unit_loops, simplify, verify
-from ..ir.schedule_cpu import (collapse_short_loops, collapse_short_loops_lane_gathers, defer_index_checks,
+from ..ir.schedule_cpu import (collapse_every_short_loop, collapse_short_loops, defer_index_checks,
                                 prefetch_gathers, schedule_cpu, stream_rows, version_checked_loops)
 from ..runtime.cpu import (MAX_OBJECT_ARGS, CPUExecutable, array_data_offset, build_from_entry, build_module,
-                           far_gathers, host_environment, host_target)
+                           far_gathers, host_environment, host_target, vector_masks)
 from .base import Backend, Compilation, CompileOptions
 
 
 #: The CPU's passes, in order (see ``cinnlite/ir/schedule_cpu.py``).
 CPU_PIPELINE = (remove_unit_loops, simplify, verify, schedule_cpu, defer_index_checks, stream_rows, prefetch_gathers,
                 collapse_short_loops, version_checked_loops, verify)
-#: ... on a host whose vector gathers are microcoded (``far_gathers``): short loops that would
-#: be masked vectors collapse as well.
-LANE_GATHER_PIPELINE = tuple(collapse_short_loops_lane_gathers if p is collapse_short_loops else p
-                             for p in CPU_PIPELINE)
+#: ... on a host without cheap masked vector gathers (``masked_vectors``): short loops that
+#: would be masked vectors collapse as well.
+UNMASKED_CPU_PIPELINE = tuple(collapse_every_short_loop if p is collapse_short_loops else p for p in CPU_PIPELINE)
+
+
+def masked_vectors() -> bool:
+    """Whether a ``masked_vector_loop`` runs as masked vectors here: where the CPU's vector
+    gathers and stores take a mask register (``vector_masks``) and are not microcoded
+    (``far_gathers``)."""
+    return vector_masks() and far_gathers() is None
 
 
 class CPUBackend(Backend):
@@ -31,14 +37,15 @@ class CPUBackend(Backend):
     executable = CPUExecutable
 
     def pipeline(self, options: CompileOptions) -> tuple:
-        return CPU_PIPELINE if far_gathers() is None else LANE_GATHER_PIPELINE
+        return CPU_PIPELINE if masked_vectors() else UNMASKED_CPU_PIPELINE
 
     def renderer(self, job: Compilation) -> LLVMRenderer:
         """For this CPU; with an entry that takes numpy arrays, where ctypes can pass them all."""
         table = job.lowered.buffer_table()
         offset = array_data_offset() if len(table) <= MAX_OBJECT_ARGS else None
         triple, data_layout = host_target()
-        return LLVMRenderer(triple, data_layout, array_data_offset=offset, far_gathers=far_gathers())
+        return LLVMRenderer(triple, data_layout, array_data_offset=offset, far_gathers=far_gathers(),
+                            masked_vectors=masked_vectors())
 
     def build(self, job: Compilation):
         rendered = job.rendered

@@ -206,7 +206,8 @@ class _KernelEmitter:
     give), which lets LLVM hoist index arithmetic and vectorise. Loop variables live in allocas;
     mem2reg/SROA promote them. A Let's variables are the SSA values of their bindings."""
 
-    def __init__(self, module: ir.Module, stage, slots: dict, fn_name: str, domain, lane_gathers: bool = False):
+    def __init__(self, module: ir.Module, stage, slots: dict, fn_name: str, domain, lane_gathers: bool = False,
+                 masked_vectors: bool = False):
         self.stage = stage
         self.buffers = buffers_of(stage)
         self.flag_type = _flag_type(stage)
@@ -238,6 +239,8 @@ class _KernelEmitter:
         #: microcoded, and the function's attributes do not allow them): where ``lane_sum`` and
         #: ``interleave_once`` apply.
         self.lane_gathers = lane_gathers
+        #: Whether a ``masked_vector_loop`` runs as masked vectors (``backends/cpu.py``).
+        self.masked_vectors = masked_vectors
         #: While the body of a loop whose iterations are independent is emitted: the access
         #: group its loads and stores belong to (``independent_scatter``).
         self.access_group = None
@@ -707,17 +710,15 @@ class _KernelEmitter:
         group it starts (``access_group``) carry no dependence from one iteration to another;
         for one that ``interleave_once``, where gathers are built lane by lane, that its vector
         body is not interleaved; for a ``whole_vector_loop``, that it is one vector of its
-        count, not interleaved; for a ``masked_vector_loop``, where the host's vector gathers
-        are in use, vectors of ``MASKED_VECTOR_LANES``, the last one masked (LLVM's tail
-        folding), not interleaved (built lane by lane, a masked gather would test each lane's
-        mask with a branch)."""
+        count, not interleaved; for a ``masked_vector_loop``, where ``masked_vectors``, vectors
+        of ``MASKED_VECTOR_LANES``, the last one masked (LLVM's tail folding), not interleaved."""
         module = self.fn.module
         properties = []
         if independent_scatter(s):
             self.access_group = _DistinctNode(module)
             properties.append([ir.MetaDataString(module, "llvm.loop.parallel_accesses"), self.access_group])
         whole = whole_vector_loop(s)
-        masked = not self.lane_gathers and masked_vector_loop(s)
+        masked = self.masked_vectors and masked_vector_loop(s)
         if whole or masked:
             width = s.extent.value if whole else MASKED_VECTOR_LANES
             properties.append([ir.MetaDataString(module, "llvm.loop.vectorize.width"), ir.Constant(I32, width)])
@@ -869,13 +870,15 @@ class LLVMRenderer(Renderer):
     objects_entry = "cinnlite_main_objects"
 
     def __init__(self, triple: str = "", data_layout: str = "", array_data_offset: int | None = None,
-                 far_gathers: tuple | None = None):
+                 far_gathers: tuple | None = None, masked_vectors: bool = False):
         self.triple = triple
         self.data_layout = data_layout
         self.array_data_offset = array_data_offset
         #: (target features, bytes): a stage whose gathers reach further than the bytes is
         #: compiled with the features (``runtime/cpu.py: far_gathers``).
         self.far_gathers = far_gathers
+        #: Whether a ``masked_vector_loop`` runs as masked vectors (``backends/cpu.py``).
+        self.masked_vectors = masked_vectors
 
     def _gather_attributes(self, stage) -> tuple:
         """The function attributes of a stage's gathers, for the function that runs it whole and
@@ -915,7 +918,7 @@ class LLVMRenderer(Renderer):
 
     def _emit(self, module, stage, slots: dict, name: str, domain, attributes: tuple):
         lane_gathers = self.far_gathers is not None and not any(a.startswith('"target-features"') for a in attributes)
-        fn = _KernelEmitter(module, stage, slots, name, domain, lane_gathers).emit()
+        fn = _KernelEmitter(module, stage, slots, name, domain, lane_gathers, self.masked_vectors).emit()
         for attribute in attributes:
             set.add(fn.attributes, attribute)
         return fn

@@ -1279,12 +1279,12 @@ def collapse_short_loops(kernel: Kernel) -> Kernel:
     return _collapse_stages(kernel, keep_masked=True)
 
 
-def collapse_short_loops_lane_gathers(kernel: Kernel) -> Kernel:
-    """``collapse_short_loops`` for a host whose vector gathers are microcoded (see
-    ``runtime/cpu.py: far_gathers``), whose gathers LLVM builds lane by lane: a
-    ``masked_vector_loop`` collapses too, since such a gather masked tests each lane's mask
-    with a branch, and the collapsed loop's gathers have rules of their own there
-    (``lane_sum``, ``interleave_once``)."""
+def collapse_every_short_loop(kernel: Kernel) -> Kernel:
+    """``collapse_short_loops`` for a host without cheap masked vector gathers
+    (``backends/cpu.py: masked_vectors``): a ``masked_vector_loop`` collapses too, since LLVM
+    builds a masked gather there lane by lane, each lane's mask tested with a branch (an AVX2
+    Haswell's 16 lanes of 61: 118 branches in the stage), and where gathers are microcoded the
+    collapsed loop's gathers have rules of their own (``lane_sum``, ``interleave_once``)."""
     return _collapse_stages(kernel, keep_masked=False)
 
 
@@ -1354,8 +1354,8 @@ MASKED_VECTOR_LANES = 16
 def masked_vector_loop(loop) -> bool:
     """Whether ``loop`` is an innermost loop of a constant count above ``MASKED_VECTOR_LANES``
     / 2 and below ``SHORT_LOOP``, not a power of two, that gathers data of four or eight bytes
-    through 64-bit indices: where the host's vector gathers are in use it stays a loop of its
-    own (``collapse_short_loops`` leaves it, ``version_checked_loops`` may version it whole),
+    through 64-bit indices: where the host's vector gathers take a mask at no cost of their
+    own (AVX-512, gathers not microcoded) it stays a loop of its own (``collapse_short_loops`` leaves it, ``version_checked_loops`` may version it whole),
     which the LLVM renderer vectorises in vectors of ``MASKED_VECTOR_LANES``, the last of them
     masked to the count, so that no pass ends in scalar iterations.
 

@@ -133,6 +133,13 @@ def far_gathers() -> tuple | None:
     return features.replace(NO_GATHERS, ""), _l2_cache_bytes()
 
 
+def vector_masks() -> bool:
+    """Whether this CPU's vector loads, stores and gathers take a mask register (AVX-512), so
+    that a vector whose last lanes lie past a loop's end costs what a whole one does. AVX2
+    masks stores and gathers with a vector, and LLVM uses no gather on a Haswell; NEON has none."""
+    return "+avx512f" in _host()[2].split(",")
+
+
 @functools.lru_cache(maxsize=None)
 def _l2_cache_bytes() -> int:
     """The size of this CPU's level-2 cache (Linux's sysfs), else 1 MiB."""
