@@ -1355,7 +1355,8 @@ def masked_vector_loop(loop) -> bool:
     """Whether ``loop`` is an innermost loop of a constant count above ``MASKED_VECTOR_LANES``
     / 2 and below ``SHORT_LOOP``, not a power of two, that gathers data of four or eight bytes
     through 64-bit indices: where the host's vector gathers take a mask at no cost of their
-    own (AVX-512, gathers not microcoded) it stays a loop of its own (``collapse_short_loops`` leaves it, ``version_checked_loops`` may version it whole),
+    own (AVX-512, gathers not microcoded) it stays a loop of its own (``collapse_short_loops``
+    leaves it, ``version_checked_loops`` versions it whole from ``MIN_VERSIONED`` iterations),
     which the LLVM renderer vectorises in vectors of ``MASKED_VECTOR_LANES``, the last of them
     masked to the count, so that no pass ends in scalar iterations.
 
