@@ -439,23 +439,28 @@ def test_offsets_that_read_data_are_32_bit_below_2_31_elements():
     np.testing.assert_allclose(scattered, expected, rtol=1e-6)
 
 
+@pytest.mark.parametrize("move_bytes", [32, 64])
 @pytest.mark.parametrize("dtype", ["float16", "float32", "float64", "int8", "complex64", "bool"])
-def test_short_rows_copy_as_runs_of_moves(dtype):
-    """A take of rows of up to 256 bytes copies each row as a run of vector moves (byte
-    vectors of up to 32) along the first and a middle axis, odd counts too; longer rows and
+def test_short_rows_copy_as_runs_of_moves(dtype, move_bytes, monkeypatch):
+    """A take of rows of up to eight moves copies each row as a run of vector moves (byte
+    vectors as wide as the host's vector registers, at least 32: forced to 32 and 64 here,
+    whatever this host has) along the first and a middle axis, odd counts too; longer rows and
     booleans keep their loop. Results, with negative and bad indices under every mode, equal
     numpy's."""
+    monkeypatch.setattr(cpu_backend, "vector_bytes", lambda: move_bytes)
     rng = np.random.default_rng(3)
-    for width in (2, 3, 7, 13, 61, 64, 65, 300):
+    for width in (2, 3, 7, 13, 61, 64, 65, 120, 300):
         for axis, shape in ((0, (9, width)), (1, (3, 9, width))):
             b = cl.NetBuilder("row_copy")
             x = b.create_input(dtype, shape, "x")
             i = b.create_input("int64", (11,), "i")
             outs = [b.take(x, i, axis=axis, mode=mode) for mode in ("raise", "clip", "wrap")]
             exe = cl.compile(b.build(outs), cache=False, threads=1)
-            copies = width * np.dtype(dtype).itemsize <= 256 and dtype != "bool"
+            nbytes = width * np.dtype(dtype).itemsize
+            copies = nbytes <= 8 * move_bytes and dtype != "bool"
             llvm = exe.source("llvm")
             assert (" x i8>" in llvm) == copies and "llvm.memcpy" not in llvm, (width, axis)
+            assert (f"<{move_bytes} x i8>" in llvm) == (copies and nbytes >= move_bytes), (width, axis)
             xs = (rng.random(shape) * 100 - 50).astype(dtype)
             good = rng.integers(-9, 9, 11)
             good[:2] = [-9, 8]

@@ -11,7 +11,7 @@ from ..ir.passes import remove_unit_loops, simplify, verify
 from ..ir.schedule_cpu import (collapse_every_short_loop, collapse_short_loops, defer_index_checks,
                                 prefetch_gathers, schedule_cpu, stream_rows, version_checked_loops)
 from ..runtime.cpu import (MAX_OBJECT_ARGS, CPUExecutable, array_data_offset, build_from_entry, build_module,
-                           far_gathers, host_environment, host_target, vector_masks)
+                           far_gathers, host_environment, host_target, vector_bytes, vector_masks)
 from .base import Backend, Compilation, CompileOptions
 
 
@@ -45,7 +45,7 @@ class CPUBackend(Backend):
         offset = array_data_offset() if len(table) <= MAX_OBJECT_ARGS else None
         triple, data_layout = host_target()
         return LLVMRenderer(triple, data_layout, array_data_offset=offset, far_gathers=far_gathers(),
-                            masked_vectors=masked_vectors())
+                            masked_vectors=masked_vectors(), vector_bytes=vector_bytes())
 
     def build(self, job: Compilation):
         rendered = job.rendered

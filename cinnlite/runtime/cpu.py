@@ -140,6 +140,13 @@ def vector_masks() -> bool:
     return "+avx512f" in _host()[2].split(",")
 
 
+def vector_bytes() -> int:
+    """The width of this CPU's widest vector register in bytes: 64 with AVX-512, 32 with AVX,
+    16 else (SSE, NEON)."""
+    features = _host()[2].split(",")
+    return 64 if "+avx512f" in features else 32 if "+avx" in features else 16
+
+
 @functools.lru_cache(maxsize=None)
 def _l2_cache_bytes() -> int:
     """The size of this CPU's level-2 cache (Linux's sysfs), else 1 MiB."""
