@@ -462,6 +462,14 @@ class CPUExecutable(Executable):
         checks it like an input, and that it is writeable and overlaps no input."""
         fast = self._fast
         if fast is not None and len(inputs) == fast.n_inputs:
+            into_out = fast.into_out
+            if into_out is not None and out is not None:
+                try:
+                    if into_out(*fast.take(inputs), out) is out:
+                        return out
+                except KeyError:  # a name missing
+                    pass
+                return super().__call__(out, **inputs)  # which says why the entry declined
             try:
                 arrays = fast.take(inputs)
                 plan = fast.static or fast.by_shapes[fast.key(arrays)]
@@ -515,10 +523,12 @@ class CPUExecutable(Executable):
                   if BufferPool.serves(terms[name][0], terms[name][2]) else None for name in written]
         work = sum(work for _, work in self._stage_sizes(plan))
         function = self._fast.holding if work <= HOLD_GIL_MAX_WORK else self._fast.releasing
-        return self._shapes.keep_fast(plan, FastPlan(function, [given[name] for name in rest[:n_given]],
+        fast = self._shapes.keep_fast(plan, FastPlan(function, [given[name] for name in rest[:n_given]],
                                                      [allocs[name][:2] for name in written], len(outputs),
                                                      pooled=pooled, pool=self._pool,
                                                      checks_out=self._entry_checks_out))
+        self._fast.note_plan(plan, fast)
+        return fast
 
     def _splits(self, plan) -> bool:
         """Whether ``_run_stages`` would split a stage of a call of ``plan``'s sizes across threads."""
