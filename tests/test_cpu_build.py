@@ -11,7 +11,7 @@ import pytest
 
 import cinnlite as cl
 import cinnlite.backends.cpu as cpu_backend
-from cinnlite.codegen.llvm import stage_plan
+from cinnlite.codegen.llvm import ROW_COPY_MOVES, stage_plan
 from cinnlite.runtime import cache as caches
 from cinnlite.runtime import cpu
 
@@ -457,7 +457,7 @@ def test_short_rows_copy_as_runs_of_moves(dtype, move_bytes, monkeypatch):
             outs = [b.take(x, i, axis=axis, mode=mode) for mode in ("raise", "clip", "wrap")]
             exe = cl.compile(b.build(outs), cache=False, threads=1)
             nbytes = width * np.dtype(dtype).itemsize
-            copies = nbytes <= 8 * move_bytes and dtype != "bool"
+            copies = nbytes <= ROW_COPY_MOVES * move_bytes and dtype != "bool"
             llvm = exe.source("llvm")
             assert (" x i8>" in llvm) == copies and "llvm.memcpy" not in llvm, (width, axis)
             assert (f"<{move_bytes} x i8>" in llvm) == (copies and nbytes >= move_bytes), (width, axis)

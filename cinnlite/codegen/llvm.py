@@ -882,7 +882,7 @@ class LLVMRenderer(Renderer):
         #: Whether a ``masked_vector_loop`` runs as masked vectors (``backends/cpu.py``).
         self.masked_vectors = masked_vectors
         #: The widest move of a row copy: the target's widest vector register (``vector_bytes``),
-        #: at least ``ROW_MOVE_BYTES``. With AVX-512, 64-byte moves copied rows 1.04-1.08x faster
+        #: at least ``ROW_MOVE_BYTES``. With AVX-512, 64-byte moves copied rows 1.01-1.08x faster
         #: than 32-byte ones (a Xeon VM, 1 M elements, two threads, geomean over dtypes of take
         #: along axis 0 and gather_nd of slices and with batch_dims, interleaved).
         self.row_move_bytes = max(ROW_MOVE_BYTES, vector_bytes)

@@ -137,7 +137,7 @@ def vector_masks() -> bool:
     """Whether this CPU's vector loads, stores and gathers take a mask register (AVX-512), so
     that a vector whose last lanes lie past a loop's end costs what a whole one does. AVX2
     masks stores and gathers with a vector, and LLVM uses no gather on a Haswell; NEON has none."""
-    return "+avx512f" in _host()[2].split(",")
+    return vector_bytes() == 64
 
 
 def vector_bytes() -> int:
@@ -462,8 +462,8 @@ class CPUExecutable(Executable):
         checks it like an input, and that it is writeable and overlaps no input."""
         fast = self._fast
         if fast is not None and len(inputs) == fast.n_inputs:
-            into_out = fast.into_out
-            if into_out is not None and out is not None:
+            into_out = fast.into_out if out is not None else None
+            if into_out is not None:
                 try:
                     if into_out(*fast.take(inputs), out) is out:
                         return out
