@@ -351,6 +351,24 @@ def scatter_reductions(key):
                 runs, errors)
 
 
+@cases("scatter_columns", ("add", "none"))
+def scatter_by_columns(reduce):
+    """A scatter along axis 0 whose rows span three cache lines of float32: the CPU splits it by
+    column blocks (``split_scatter_columns``), the last one short; duplicates and negative
+    indices in every column, a bad index late in a row."""
+    b = NetBuilder("scatter_columns")
+    x = b.create_input("float32", (5, 37), "x")
+    i, s = b.create_input("int64", (9, 37), "i"), b.create_input("float32", (9, 37), "s")
+    b.scatter(x, i, s, axis=0, reduce=reduce, name="out")
+    index = (np.arange(9 * 37).reshape(9, 37) * 7 % 10 - 5).astype(np.int64)
+    bad = index.copy()
+    bad[6, 36], bad[7, 0] = 5, -6
+    runs = [dict(x=floats((5, 37)), i=index, s=floats((9, 37), scale=0.5)),
+            dict(x=floats((5, 37)), i=bad, s=floats((9, 37), scale=0.5))]
+    return Case(b.build(), lambda v: (R.scatter(v["x"], v["i"], v["s"], axis=0, reduce=reduce),), runs,
+                [None, ("scatter 'out'", "i", (6, 36), 5)])
+
+
 @case
 def scatter_axis1_add_float64():
     """Every update of an output row comes from one iteration of the outer loop."""

@@ -9,14 +9,16 @@ from __future__ import annotations
 from ..codegen.llvm import LLVMRenderer
 from ..ir.passes import remove_unit_loops, simplify, verify
 from ..ir.schedule_cpu import (collapse_every_short_loop, collapse_short_loops, defer_index_checks,
-                                prefetch_gathers, schedule_cpu, stream_rows, version_checked_loops)
+                                prefetch_gathers, schedule_cpu, split_scatter_columns, stream_rows,
+                                version_checked_loops)
 from ..runtime.cpu import (MAX_OBJECT_ARGS, CPUExecutable, array_data_offset, build_from_entry, build_module,
                            far_gathers, host_environment, host_target, vector_bytes, vector_masks)
 from .base import Backend, Compilation, CompileOptions
 
 
 #: The CPU's passes, in order (see ``cinnlite/ir/schedule_cpu.py``).
-CPU_PIPELINE = (remove_unit_loops, simplify, verify, schedule_cpu, defer_index_checks, stream_rows, prefetch_gathers,
+CPU_PIPELINE = (remove_unit_loops, simplify, verify, schedule_cpu, defer_index_checks, split_scatter_columns,
+                stream_rows, prefetch_gathers,
                 collapse_short_loops, version_checked_loops, verify)
 #: ... on a host without cheap masked vector gathers (``masked_vectors``): short loops that
 #: would be masked vectors collapse as well.

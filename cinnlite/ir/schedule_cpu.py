@@ -5,7 +5,8 @@ Every top-level statement of a kernel is a stage (``kernel_stages``), which the 
 exports as a function over a slice ``[range_begin, range_end)`` of its parallel dimension.
 :func:`schedule_cpu` sets each stage's kind (``parallel``, ``parallel_rows``,
 ``parallel_check``, or none), :func:`defer_index_checks` folds check nests into later stages
-(``deferred_check``), :func:`stream_rows` and :func:`prefetch_gathers` prefetch what gathers
+(``deferred_check``), :func:`split_scatter_columns` splits a scatter of single elements by
+the output's column, :func:`stream_rows` and :func:`prefetch_gathers` prefetch what gathers
 will read, :func:`collapse_short_loops` runs a short element loop and the loop around it as
 one, and :func:`stage_extent` and :func:`stage_work` tell the runtime how big
 a stage's parallel dimension and its work are. Vectorising the inner loops is left to LLVM,
@@ -118,7 +119,8 @@ def _schedule_stage(s):
     ``parallel``; otherwise the nest becomes ``parallel_rows``: each chunk walks all updates in
     order and applies those whose output row lies in its range, which keeps the serial order
     of updates to every element (deterministic, and last-wins for reduce="none"), where each
-    update is a slice of a row (one element per update stays serial: ``_guard_rows``)."""
+    update is a slice of a row (one element per update stays serial here: ``_guard_rows``;
+    ``split_scatter_columns`` may split it by column later)."""
     if not isinstance(s, For):
         return s
     if _writes_only_plain_stores(s):
@@ -148,6 +150,103 @@ def _schedule_stage(s):
         return s  # every update hits one row: nothing to split
     guarded = _guard_rows(s, row)
     return s if guarded is None else replace(guarded, kind="parallel_rows")
+
+
+def split_scatter_columns(kernel: Kernel) -> Kernel:
+    """A scatter nest that ``schedule_cpu`` left serial, split across threads by a column of
+    its output where one exists (``_split_column``): in blocks of that column, each thread's
+    blocks its own (``_in_column_blocks``). After ``defer_index_checks``, which folds the index
+    check into the nest as it stands.
+
+    Why: a scatter along axis 0 (``out[index[i, j], j] += src[i, j]``) ran on one thread
+    whatever the thread count (one element per update: ``_guard_rows``)."""
+    def split(stage):
+        # A nest that reports an error itself stops at the first bad index: serial, in order.
+        kinds = {type(x) for x in walk_stmt(stage)} if isinstance(stage, For) and stage.kind == "serial" else set()
+        if Reduce not in kinds or ReportIndexError in kinds:
+            return stage
+        column = _split_column(stage, _let_values(stage))
+        return stage if column is None else _in_column_blocks(stage, column)
+    return replace(kernel, body=Seq(tuple(split(stage) for stage in kernel_stages(kernel))))
+
+
+#: A scatter nest split by a column (``_split_column``) hands each thread blocks of at least a
+#: cache line of the narrowest buffer the column walks, and of at most this many blocks.
+COLUMN_BLOCKS = 64
+
+
+def _split_column(nest: For, values: dict):
+    """The loop of ``nest`` (below its outermost one, each loop on the way the only statement
+    of the one around it, through Lets) whose variable is itself a coordinate of every access to
+    every buffer the nest writes, the same coordinate of each buffer's accesses: iterations of
+    two values of that variable touch distinct elements. None where no loop is such, or where
+    its extent depends on an outer loop or spans at most one cache line.
+
+    Why: a scatter along axis 0 updates ``out[index[i, j], j]``, one element per update, whose
+    rows ``_guard_rows`` will not split; its columns split it without a guard, each thread
+    walking every update row for its own columns, each element getting its updates in the
+    order the serial loop gives them (see ``_in_column_blocks``)."""
+    accesses: dict = {}  # a written buffer's name -> the (Buffer, indices) of every access to it
+    written = {st.buffer.name for st in walk_stmt(nest) if isinstance(st, (Store, Reduce))}
+    for st in walk_stmt(nest):
+        if isinstance(st, (Store, Reduce)):
+            accesses.setdefault(st.buffer.name, []).append((st.buffer, st.indices))
+        for x in (x for e in stmt_exprs(st) for x in walk_expr(e) if isinstance(x, Load)):
+            if x.buffer.name in written:
+                accesses.setdefault(x.buffer.name, []).append((x.buffer, x.indices))
+    loop = nest.body
+    while isinstance(loop, (For, Let)):
+        if isinstance(loop, For) and not expr_vars(loop.extent) and _is_column(loop.var, accesses, values):
+            return loop if _column_block(loop, nest) is not None else None
+        loop = loop.body
+    return None
+
+
+def _is_column(var: Var, accesses: dict, values: dict) -> bool:
+    """Whether ``var`` is one coordinate of every access to each buffer (one Buffer, one
+    position of that coordinate, per name)."""
+    for name, found in accesses.items():
+        if len({b for b, _ in found}) != 1:
+            return False
+        places = None
+        for _, indices in found:
+            here = {k for k, i in enumerate(indices) if substitute_expr(i, values) == var}
+            places = here if places is None else places & here
+        if not places:
+            return False
+    return True
+
+
+def _column_block(loop: For, nest: For):
+    """How many of ``loop``'s iterations a block of ``_in_column_blocks`` takes: a cache line
+    of the narrowest buffer ``nest`` indexes by ``loop``'s variable, more where that would make
+    more than ``COLUMN_BLOCKS`` blocks; None where one block would take the whole loop."""
+    widths = [x.buffer.dtype.itemsize for st in walk_stmt(nest) for x in _accesses(st) if loop.var in x.indices]
+    line = max(1, CACHE_LINE_BYTES // min(widths))
+    extent = _size(loop.extent)
+    if not isinstance(extent, int):
+        return line
+    size = -(-max(line, -(-extent // COLUMN_BLOCKS)) // line) * line
+    return size if size < extent else None
+
+
+def _accesses(st):
+    """The loads in a statement's expressions, and the statement itself where it writes."""
+    yield from (x for e in stmt_exprs(st) for x in walk_expr(e) if isinstance(x, Load))
+    if isinstance(st, (Store, Reduce)):
+        yield st
+
+
+def _in_column_blocks(nest: For, column: For) -> For:
+    """``nest`` as ``for b (parallel) { nest, with column's loop over block b's iterations }``.
+    A thread runs whole blocks, so every element (one column value) gets all its updates from
+    one thread, in the serial order of the loops around the column's; the deterministic results
+    of the serial nest, including which update of an element comes last."""
+    def block(over, first, count):
+        return map_stmt(nest, stmt_fn=lambda st: over(st.var, [st.body]) if isinstance(st, For) and st.var == column.var
+                        else st)
+    blocks = _in_blocks(column, Const(_column_block(column, nest)), block, suffix="columns")
+    return replace(blocks, kind="parallel")
 
 
 def schedule_cpu(kernel: Kernel) -> Kernel:
@@ -663,12 +762,23 @@ def _walks_a_dimension(loop: For, buffer, indices) -> bool:
     """Whether one of ``indices`` is ``loop``'s variable itself, over at most that dimension's
     extent: two iterations then differ in that coordinate of the element they index."""
     for index, extent in zip(indices, buffer.shape):
+        if _offset_of(index, loop.var) is not None:
+            # A block's column, ``first + var`` (``_in_column_blocks``): in the dimension, as
+            # every coordinate is, distinct for distinct iterations.
+            return True
         if index != loop.var:
             continue
         if as_expr(extent) == loop.extent or (isinstance(extent, int) and isinstance(loop.extent, Const)
                                              and loop.extent.value <= extent):
             return True
     return False
+
+
+def _offset_of(index, var: Var):
+    """``first`` where ``index`` is ``first + var`` and ``first`` does not use ``var``; else None."""
+    if isinstance(index, Binary) and index.op == "add" and index.b == var and var not in expr_vars(index.a):
+        return index.a
+    return None
 
 
 def gather_reach(stage):
@@ -946,13 +1056,14 @@ def _check_in_blocks(loop):
     return _in_blocks(loop, size, block)
 
 
-def _in_blocks(loop: For, size, block):
+def _in_blocks(loop: For, size, block, suffix: str = "cblock"):
     """``loop`` as ``for b { block(over, first, count) }``, over blocks of ``size`` iterations
     (the last one shorter where ``size`` does not divide the extent); ``over(var, stmts)`` is
     the loop of ``stmts`` over the block's iterations, ``loop``'s variable taken as ``first + var``
-    (``first = b * size``), and ``count`` their number."""
+    (``first = b * size``), and ``count`` their number. ``b`` is named after ``loop``'s variable
+    and ``suffix``."""
     extent, name = loop.extent, loop.var.name
-    block_var = Var(f"{name}_cblock")
+    block_var = Var(f"{name}_{suffix}")
     first = Binary("mul", block_var, size)
     if isinstance(extent, Const):
         blocks = Const(-(-extent.value // size.value))
