@@ -387,6 +387,7 @@ def test_scatters_of_single_elements_split_by_column(cols, reduce, dtype):
     u = b.create_input(dtype, (updates, cols), "u")
     program = b.build([b.scatter(x, i, u, axis=0, reduce=reduce)])
     split, whole = cl.compile(program, threads=2), cl.compile(program, threads=1)
+    assert "_columns" not in whole.source("lowered")  # one thread: nothing to split for
     # A mean writes a sum and a count: a scatter LLVM keeps scalar, whose index checks go in
     # blocks of the row (``_check_in_blocks``) where the row is longer than one, and a blocked
     # row is not split. Sizes met after the first may get the shape-generic build.

@@ -12,7 +12,7 @@ from ..ir.schedule_cpu import (collapse_every_short_loop, collapse_short_loops, 
                                 prefetch_gathers, schedule_cpu, split_scatter_columns, stream_rows,
                                 version_checked_loops)
 from ..runtime.cpu import (MAX_OBJECT_ARGS, CPUExecutable, array_data_offset, build_from_entry, build_module,
-                           far_gathers, host_environment, host_target, vector_bytes, vector_masks)
+                           default_threads, far_gathers, host_environment, host_target, vector_bytes, vector_masks)
 from .base import Backend, Compilation, CompileOptions
 
 
@@ -39,7 +39,13 @@ class CPUBackend(Backend):
     executable = CPUExecutable
 
     def pipeline(self, options: CompileOptions) -> tuple:
-        return CPU_PIPELINE if masked_vectors() else UNMASKED_CPU_PIPELINE
+        """The CPU's passes; for a program that runs on one thread, without
+        ``split_scatter_columns``, whose column blocks would only reorder its walk: every
+        update row walked once per block (a scatter-max along axis 0 of 1 M float32 elements on
+        one thread, each call after a pause: 1.07 -> 3.9 ms)."""
+        passes = CPU_PIPELINE if masked_vectors() else UNMASKED_CPU_PIPELINE
+        threads = options.threads if options.threads is not None else default_threads()
+        return passes if threads > 1 else tuple(p for p in passes if p is not split_scatter_columns)
 
     def renderer(self, job: Compilation) -> LLVMRenderer:
         """For this CPU; with an entry that takes numpy arrays, where ctypes can pass them all."""
