@@ -166,7 +166,7 @@ def split_scatter_columns(kernel: Kernel) -> Kernel:
         if Reduce not in kinds or ReportIndexError in kinds:
             return stage
         column = _split_column(stage, _let_values(stage))
-        return stage if column is None else _in_column_blocks(stage, column)
+        return stage if column is None else _in_column_blocks(stage, *column)
     return replace(kernel, body=Seq(tuple(split(stage) for stage in kernel_stages(kernel))))
 
 
@@ -176,28 +176,26 @@ COLUMN_BLOCKS = 64
 
 
 def _split_column(nest: For, values: dict):
-    """The loop of ``nest`` (below its outermost one, each loop on the way the only statement
-    of the one around it, through Lets) whose variable is itself a coordinate of every access to
-    every buffer the nest writes, the same coordinate of each buffer's accesses: iterations of
-    two values of that variable touch distinct elements. None where no loop is such, or where
-    its extent depends on an outer loop or spans at most one cache line.
+    """``(loop, block)``: the loop of ``nest`` (below its outermost one, each loop on the way
+    the only statement of the one around it, through Lets) whose variable is itself a
+    coordinate of every access to every buffer the nest writes, the same coordinate of each
+    buffer's accesses, so that iterations of two values of that variable touch distinct
+    elements; and how many of its iterations a block takes (``_column_block``). None where no
+    loop is such, or where its extent depends on an outer loop or fills one block.
 
     Why: a scatter along axis 0 updates ``out[index[i, j], j]``, one element per update, whose
     rows ``_guard_rows`` will not split; its columns split it without a guard, each thread
     walking every update row for its own columns, each element getting its updates in the
     order the serial loop gives them (see ``_in_column_blocks``)."""
+    written = written_buffers(nest)
     accesses: dict = {}  # a written buffer's name -> the (Buffer, indices) of every access to it
-    written = {st.buffer.name for st in walk_stmt(nest) if isinstance(st, (Store, Reduce))}
-    for st in walk_stmt(nest):
-        if isinstance(st, (Store, Reduce)):
-            accesses.setdefault(st.buffer.name, []).append((st.buffer, st.indices))
-        for x in (x for e in stmt_exprs(st) for x in walk_expr(e) if isinstance(x, Load)):
-            if x.buffer.name in written:
-                accesses.setdefault(x.buffer.name, []).append((x.buffer, x.indices))
+    for x in (x for st in walk_stmt(nest) for x in _accesses(st) if x.buffer.name in written):
+        accesses.setdefault(x.buffer.name, []).append((x.buffer, x.indices))
     loop = nest.body
     while isinstance(loop, (For, Let)):
         if isinstance(loop, For) and not expr_vars(loop.extent) and _is_column(loop.var, accesses, values):
-            return loop if _column_block(loop, nest) is not None else None
+            block = _column_block(loop, nest)
+            return None if block is None else (loop, block)
         loop = loop.body
     return None
 
@@ -237,16 +235,16 @@ def _accesses(st):
         yield st
 
 
-def _in_column_blocks(nest: For, column: For) -> For:
-    """``nest`` as ``for b (parallel) { nest, with column's loop over block b's iterations }``.
-    A thread runs whole blocks, so every element (one column value) gets all its updates from
-    one thread, in the serial order of the loops around the column's; the deterministic results
-    of the serial nest, including which update of an element comes last."""
+def _in_column_blocks(nest: For, column: For, size: int) -> For:
+    """``nest`` as ``for b (parallel) { nest, with column's loop over block b's iterations }``,
+    blocks of ``size`` iterations. A thread runs whole blocks, so every element (one column
+    value) gets all its updates from one thread, in the serial order of the loops around the
+    column's; the deterministic results of the serial nest, including which update of an
+    element comes last."""
     def block(over, first, count):
         return map_stmt(nest, stmt_fn=lambda st: over(st.var, [st.body]) if isinstance(st, For) and st.var == column.var
                         else st)
-    blocks = _in_blocks(column, Const(_column_block(column, nest)), block, suffix="columns")
-    return replace(blocks, kind="parallel")
+    return replace(_in_blocks(column, Const(size), block, suffix="columns"), kind="parallel")
 
 
 def schedule_cpu(kernel: Kernel) -> Kernel:
@@ -760,11 +758,11 @@ def independent_scatter(loop: For) -> bool:
 
 def _walks_a_dimension(loop: For, buffer, indices) -> bool:
     """Whether one of ``indices`` is ``loop``'s variable itself, over at most that dimension's
-    extent: two iterations then differ in that coordinate of the element they index."""
+    extent, or ``first + var`` with ``first`` fixed in the loop (a block's column,
+    ``_in_column_blocks``; inside the dimension, as every coordinate the lowering makes is):
+    two iterations then differ in that coordinate of the element they index."""
     for index, extent in zip(indices, buffer.shape):
-        if _offset_of(index, loop.var) is not None:
-            # A block's column, ``first + var`` (``_in_column_blocks``): in the dimension, as
-            # every coordinate is, distinct for distinct iterations.
+        if _is_offset(index, loop.var):
             return True
         if index != loop.var:
             continue
@@ -774,11 +772,9 @@ def _walks_a_dimension(loop: For, buffer, indices) -> bool:
     return False
 
 
-def _offset_of(index, var: Var):
-    """``first`` where ``index`` is ``first + var`` and ``first`` does not use ``var``; else None."""
-    if isinstance(index, Binary) and index.op == "add" and index.b == var and var not in expr_vars(index.a):
-        return index.a
-    return None
+def _is_offset(index, var: Var) -> bool:
+    """Whether ``index`` is ``first + var``, ``first`` not using ``var``."""
+    return isinstance(index, Binary) and index.op == "add" and index.b == var and var not in expr_vars(index.a)
 
 
 def gather_reach(stage):
